@@ -1,0 +1,2 @@
+//! sokoshard: a push-optimal Sokoban solver.
+pub mod model;
