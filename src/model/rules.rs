@@ -1,0 +1,422 @@
+//! Push and pull generation with player normalization, and the freeze-deadlock tests.
+//!
+//! A state is a sorted box list plus the normalized player square: the smallest floor
+//! index the player can reach. A forward move is a walk plus one push; a backward
+//! move is a walk plus one pull. Every function here works on caller-owned scratch
+//! buffers so the engine can run them on many threads without allocating.
+
+use super::board::{opposite, Board, DIRS, NONE};
+
+/// One push (forward) or pull (backward): the box moved from `from` one step in `dir`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoxMove {
+    pub from: u16,
+    pub dir: u8,
+}
+
+/// Which cheap, rule-level prunings to apply while generating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruning {
+    /// Drop moves onto dead squares (forward: no goal reachable; backward: no start
+    /// box can get there).
+    pub dead_squares: bool,
+    /// Drop moves that freeze a box off its target (forward: off a goal; backward: a
+    /// box that can never be pulled again, off a start square).
+    pub freeze: bool,
+}
+
+impl Pruning {
+    pub const NONE: Pruning = Pruning { dead_squares: false, freeze: false };
+    pub const ALL: Pruning = Pruning { dead_squares: true, freeze: true };
+}
+
+/// Per-thread buffers for generation.
+#[derive(Debug, Clone)]
+pub struct Scratch {
+    /// Box occupancy by floor index.
+    pub occ: Vec<bool>,
+    mark: Vec<u32>,
+    stamp: u32,
+    queue: Vec<u16>,
+    /// Squares reachable by the player in the current state (valid after `reach`).
+    reach_stamp: u32,
+    reach_mark: Vec<u32>,
+    tmp_wall: Vec<bool>,
+    frozen: Vec<u16>,
+    budget: u32,
+    pub boxes: Vec<u16>,
+    pub next: Vec<u16>,
+}
+
+impl Scratch {
+    pub fn new(board: &Board) -> Scratch {
+        let n = board.floor_count();
+        Scratch {
+            occ: vec![false; n],
+            mark: vec![0; n],
+            stamp: 0,
+            queue: Vec::with_capacity(n),
+            reach_stamp: 0,
+            reach_mark: vec![0; n],
+            tmp_wall: vec![false; n],
+            frozen: Vec::new(),
+            budget: 0,
+            boxes: Vec::with_capacity(board.box_count()),
+            next: Vec::with_capacity(board.box_count()),
+        }
+    }
+
+    fn bump(stamp: &mut u32, mark: &mut [u32]) -> u32 {
+        *stamp = stamp.wrapping_add(1);
+        if *stamp == 0 {
+            mark.iter_mut().for_each(|m| *m = 0);
+            *stamp = 1;
+        }
+        *stamp
+    }
+
+    /// Floods the player's region from `from` over free squares, marking it in the
+    /// reach buffer; returns the smallest square (the normalized player).
+    fn flood_reach(&mut self, board: &Board, from: u16) -> u16 {
+        let s = Self::bump(&mut self.reach_stamp, &mut self.reach_mark);
+        self.queue.clear();
+        self.queue.push(from);
+        self.reach_mark[from as usize] = s;
+        let mut min = from;
+        let mut i = 0;
+        while i < self.queue.len() {
+            let f = self.queue[i];
+            i += 1;
+            for d in 0..DIRS {
+                let g = board.neighbour(f, d);
+                if g != NONE && !self.occ[g as usize] && self.reach_mark[g as usize] != s {
+                    self.reach_mark[g as usize] = s;
+                    min = min.min(g);
+                    self.queue.push(g);
+                }
+            }
+        }
+        min
+    }
+
+    #[inline]
+    fn reachable(&self, f: u16) -> bool {
+        self.reach_mark[f as usize] == self.reach_stamp
+    }
+
+    /// The normalized square of the region containing `from` (a second flood that
+    /// leaves the reach buffer intact).
+    pub fn normalize(&mut self, board: &Board, from: u16) -> u16 {
+        let s = Self::bump(&mut self.stamp, &mut self.mark);
+        self.queue.clear();
+        self.queue.push(from);
+        self.mark[from as usize] = s;
+        let mut min = from;
+        let mut i = 0;
+        while i < self.queue.len() {
+            let f = self.queue[i];
+            i += 1;
+            for d in 0..DIRS {
+                let g = board.neighbour(f, d);
+                if g != NONE && !self.occ[g as usize] && self.mark[g as usize] != s {
+                    if g < min {
+                        min = g;
+                        if min == 0 {
+                            return 0;
+                        }
+                    }
+                    self.mark[g as usize] = s;
+                    self.queue.push(g);
+                }
+            }
+        }
+        min
+    }
+
+    fn place(&mut self, boxes: &[u16]) {
+        for &b in boxes {
+            self.occ[b as usize] = true;
+        }
+    }
+
+    fn clear(&mut self, boxes: &[u16]) {
+        for &b in boxes {
+            self.occ[b as usize] = false;
+        }
+    }
+}
+
+/// Writes `boxes` with `from` replaced by `to` into `out`, keeping it sorted.
+#[inline]
+pub fn moved_boxes(boxes: &[u16], from: u16, to: u16, out: &mut Vec<u16>) {
+    out.clear();
+    out.extend_from_slice(boxes);
+    let mut i = out.iter().position(|&b| b == from).expect("moved box is in the set");
+    out[i] = to;
+    while i > 0 && out[i - 1] > out[i] {
+        out.swap(i - 1, i);
+        i -= 1;
+    }
+    while i + 1 < out.len() && out[i + 1] < out[i] {
+        out.swap(i + 1, i);
+        i += 1;
+    }
+}
+
+/// The normalized player square for a box set and a player square.
+pub fn normalize_player(board: &Board, sc: &mut Scratch, boxes: &[u16], player: u16) -> u16 {
+    sc.place(boxes);
+    let n = sc.normalize(board, player);
+    sc.clear(boxes);
+    n
+}
+
+/// Calls `emit(new_boxes, new_player_normalized, push)` for every legal push from
+/// the state (`boxes` sorted, `player` any square of the player's region).
+pub fn for_each_push(
+    board: &Board,
+    sc: &mut Scratch,
+    boxes: &[u16],
+    player: u16,
+    pruning: Pruning,
+    mut emit: impl FnMut(&[u16], u16, BoxMove, &mut Scratch),
+) {
+    sc.place(boxes);
+    sc.flood_reach(board, player);
+    let mut next = std::mem::take(&mut sc.next);
+    for &b in boxes {
+        for d in 0..DIRS {
+            let behind = board.neighbour(b, opposite(d));
+            let to = board.neighbour(b, d);
+            if behind == NONE || to == NONE || sc.occ[to as usize] || !sc.reachable(behind) {
+                continue;
+            }
+            if pruning.dead_squares && board.dead_forward[to as usize] {
+                continue;
+            }
+            sc.occ[b as usize] = false;
+            sc.occ[to as usize] = true;
+            let dead = pruning.freeze && push_freeze_deadlock(board, sc, to);
+            if !dead {
+                moved_boxes(boxes, b, to, &mut next);
+                let p = sc.normalize(board, b);
+                emit(&next, p, BoxMove { from: b, dir: d as u8 }, sc);
+            }
+            sc.occ[to as usize] = false;
+            sc.occ[b as usize] = true;
+        }
+    }
+    sc.next = next;
+    sc.clear(boxes);
+}
+
+/// Calls `emit(new_boxes, new_player_normalized, pull)` for every legal pull from
+/// the state: the player stands next to a box, steps away from it into a free
+/// square and drags the box onto the square it left.
+pub fn for_each_pull(
+    board: &Board,
+    sc: &mut Scratch,
+    boxes: &[u16],
+    player: u16,
+    pruning: Pruning,
+    mut emit: impl FnMut(&[u16], u16, BoxMove, &mut Scratch),
+) {
+    sc.place(boxes);
+    sc.flood_reach(board, player);
+    let mut next = std::mem::take(&mut sc.next);
+    for &b in boxes {
+        for d in 0..DIRS {
+            let to = board.neighbour(b, d); // where the player stands, and the box goes
+            if to == NONE || !sc.reachable(to) {
+                continue;
+            }
+            let step = board.neighbour(to, d); // where the player steps back to
+            if step == NONE || sc.occ[step as usize] {
+                continue;
+            }
+            if pruning.dead_squares && board.dead_backward[to as usize] {
+                continue;
+            }
+            sc.occ[b as usize] = false;
+            sc.occ[to as usize] = true;
+            let dead = pruning.freeze && pull_freeze_deadlock(board, sc, to);
+            if !dead {
+                moved_boxes(boxes, b, to, &mut next);
+                let p = sc.normalize(board, step);
+                emit(&next, p, BoxMove { from: b, dir: d as u8 }, sc);
+            }
+            sc.occ[to as usize] = false;
+            sc.occ[b as usize] = true;
+        }
+    }
+    sc.next = next;
+    sc.clear(boxes);
+}
+
+/// Recursion budget for the freeze tests: past it we answer "not frozen", which
+/// only weakens pruning, never makes it unsound.
+const FREEZE_BUDGET: u32 = 4096;
+
+/// Forward freeze test after a push onto `moved` (occupancy in `sc.occ`): true when
+/// the moved box can never be pushed again and it or a box freezing it is off goal.
+pub fn push_freeze_deadlock(board: &Board, sc: &mut Scratch, moved: u16) -> bool {
+    sc.frozen.clear();
+    sc.budget = FREEZE_BUDGET;
+    if !push_frozen(board, sc, moved) {
+        return false;
+    }
+    sc.frozen.iter().any(|&b| !board.is_goal[b as usize])
+}
+
+fn push_frozen(board: &Board, sc: &mut Scratch, b: u16) -> bool {
+    if sc.budget == 0 {
+        return false;
+    }
+    sc.budget -= 1;
+    sc.tmp_wall[b as usize] = true;
+    let mark = sc.frozen.len();
+    // a box is frozen when it is blocked on both axes
+    let frozen = push_axis_blocked(board, sc, b, 0) && push_axis_blocked(board, sc, b, 1);
+    sc.tmp_wall[b as usize] = false;
+    if frozen {
+        sc.frozen.push(b);
+    } else {
+        sc.frozen.truncate(mark);
+    }
+    frozen
+}
+
+/// Axis 0 is vertical (up/down), 1 horizontal (right/left).
+fn push_axis_blocked(board: &Board, sc: &mut Scratch, b: u16, axis: usize) -> bool {
+    let a = board.neighbour(b, axis);
+    let c = board.neighbour(b, axis + 2);
+    if a == NONE || c == NONE || sc.tmp_wall[a as usize] || sc.tmp_wall[c as usize] {
+        return true;
+    }
+    if board.dead_forward[a as usize] && board.dead_forward[c as usize] {
+        return true;
+    }
+    (sc.occ[a as usize] && push_frozen(board, sc, a)) || (sc.occ[c as usize] && push_frozen(board, sc, c))
+}
+
+/// Backward freeze test after a pull onto `moved`: true when the moved box can never
+/// be pulled again and it or a box holding it is off a start square, so the state
+/// can never be reached from the start.
+pub fn pull_freeze_deadlock(board: &Board, sc: &mut Scratch, moved: u16) -> bool {
+    sc.frozen.clear();
+    sc.budget = FREEZE_BUDGET;
+    if !pull_frozen(board, sc, moved) {
+        return false;
+    }
+    sc.frozen.iter().any(|&b| !board.is_start_box[b as usize])
+}
+
+fn pull_frozen(board: &Board, sc: &mut Scratch, b: u16) -> bool {
+    if sc.budget == 0 {
+        return false;
+    }
+    sc.budget -= 1;
+    sc.tmp_wall[b as usize] = true;
+    let mark = sc.frozen.len();
+    let mut frozen = true;
+    for d in 0..DIRS {
+        if pullable(board, sc, b, d) {
+            frozen = false;
+            break;
+        }
+    }
+    sc.tmp_wall[b as usize] = false;
+    if frozen {
+        sc.frozen.push(b);
+    } else {
+        sc.frozen.truncate(mark);
+    }
+    frozen
+}
+
+fn pullable(board: &Board, sc: &mut Scratch, b: u16, d: usize) -> bool {
+    let to = board.neighbour(b, d);
+    if to == NONE || sc.tmp_wall[to as usize] || board.dead_backward[to as usize] {
+        return false;
+    }
+    let step = board.neighbour(to, d);
+    if step == NONE || sc.tmp_wall[step as usize] {
+        return false;
+    }
+    !(sc.occ[to as usize] && pull_frozen(board, sc, to)) && !(sc.occ[step as usize] && pull_frozen(board, sc, step))
+}
+
+/// The backward start states: all boxes on goals, the player in each region of the
+/// solved position (normalized).
+pub fn goal_states(board: &Board, sc: &mut Scratch, goals: &[u16]) -> Vec<u16> {
+    sc.place(goals);
+    let mut seen = vec![false; board.floor_count()];
+    let mut players = Vec::new();
+    for f in 0..board.floor_count() as u16 {
+        if sc.occ[f as usize] || seen[f as usize] {
+            continue;
+        }
+        let n = sc.normalize(board, f);
+        for &q in &sc.queue {
+            seen[q as usize] = true;
+        }
+        players.push(n);
+    }
+    sc.clear(goals);
+    players
+}
+
+/// Are all boxes on goals?
+pub fn is_solved(board: &Board, boxes: &[u16]) -> bool {
+    boxes.iter().all(|&b| board.is_goal[b as usize])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::level::parse_one;
+
+    fn board(t: &str) -> Board {
+        Board::new(&parse_one(t, "t").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn simple_push_and_pull_mirror() {
+        let b = board("######\n#@$ .#\n######\n");
+        let mut sc = Scratch::new(&b);
+        let mut succ = Vec::new();
+        for_each_push(&b, &mut sc, &b.start_boxes, b.start_player, Pruning::ALL, |bx, p, m, _| {
+            succ.push((bx.to_vec(), p, m))
+        });
+        assert_eq!(succ.len(), 1);
+        let (bx, p, _) = &succ[0];
+        let mut pred = Vec::new();
+        for_each_pull(&b, &mut sc, bx, *p, Pruning::NONE, |bx2, p2, _, _| pred.push((bx2.to_vec(), p2)));
+        let start = normalize_player(&b, &mut sc, &b.start_boxes, b.start_player);
+        assert!(pred.contains(&(b.start_boxes.clone(), start)));
+    }
+
+    #[test]
+    fn freeze_of_two_boxes_on_a_wall_off_goal_is_deadlock() {
+        // pushing the upper box down sets it beside the lower one on the bottom wall:
+        // two boxes off goals freezing each other. Pushing it up freezes it in a
+        // dead top row.
+        let b = board("######\n#@   #\n# $  #\n#. $.#\n######\n");
+        let mut sc = Scratch::new(&b);
+        let count = |sc: &mut Scratch, pruning| {
+            let mut n = 0;
+            for_each_push(&b, sc, &b.start_boxes, b.start_player, pruning, |_, _, _, _| n += 1);
+            n
+        };
+        assert_eq!(count(&mut sc, Pruning::NONE), 6);
+        assert_eq!(count(&mut sc, Pruning { dead_squares: false, freeze: true }), 4);
+    }
+
+    #[test]
+    fn goal_states_one_per_region() {
+        let b = board("#######\n#@ *  #\n#######\n");
+        let mut sc = Scratch::new(&b);
+        let players = goal_states(&b, &mut sc, &b.goals.clone());
+        assert_eq!(players.len(), 2);
+    }
+}

@@ -1,0 +1,186 @@
+//! Solutions: turning a push sequence into LURD (shortest player walks), and
+//! replaying a LURD string on a level to verify it.
+
+use super::board::{opposite, Board, DIRS, NONE, PUSH_LETTERS, WALK_LETTERS};
+use super::level::Level;
+use super::rules::BoxMove;
+use serde::Serialize;
+
+/// Builds the LURD string for a sequence of pushes from the start position:
+/// before each push the player takes a shortest walk to the square behind the box.
+/// Returns `None` if a push is not possible (the pushes do not form a solution path).
+pub fn pushes_to_lurd(board: &Board, pushes: &[BoxMove]) -> Option<String> {
+    let n = board.floor_count();
+    let mut occ = vec![false; n];
+    for &b in &board.start_boxes {
+        occ[b as usize] = true;
+    }
+    let mut player = board.start_player;
+    let mut out = String::new();
+    let mut prev = vec![(NONE, 0u8); n];
+    let mut queue = Vec::with_capacity(n);
+    for m in pushes {
+        let d = m.dir as usize;
+        let to = board.neighbour(m.from, d);
+        let behind = board.neighbour(m.from, opposite(d));
+        if !occ[m.from as usize] || to == NONE || behind == NONE || occ[to as usize] {
+            return None;
+        }
+        // BFS from the player to `behind`, recording how each square was entered
+        prev.iter_mut().for_each(|p| *p = (NONE, 0));
+        queue.clear();
+        queue.push(player);
+        prev[player as usize] = (player, 0);
+        let mut i = 0;
+        while i < queue.len() && prev[behind as usize].0 == NONE {
+            let f = queue[i];
+            i += 1;
+            for dd in 0..DIRS {
+                let g = board.neighbour(f, dd);
+                if g != NONE && !occ[g as usize] && prev[g as usize].0 == NONE {
+                    prev[g as usize] = (f, dd as u8);
+                    queue.push(g);
+                }
+            }
+        }
+        if prev[behind as usize].0 == NONE {
+            return None;
+        }
+        let mut walk = Vec::new();
+        let mut f = behind;
+        while f != player {
+            let (p, dd) = prev[f as usize];
+            walk.push(WALK_LETTERS[dd as usize]);
+            f = p;
+        }
+        out.extend(walk.iter().rev());
+        out.push(PUSH_LETTERS[d]);
+        occ[m.from as usize] = false;
+        occ[to as usize] = true;
+        player = m.from;
+    }
+    Some(out)
+}
+
+/// The outcome of replaying a solution.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    pub valid: bool,
+    pub pushes: usize,
+    pub moves: usize,
+    /// 1-based index into the LURD string of the failing step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Replays `lurd` on the level's grid (whitespace is skipped but counted in step
+/// indices). Every move into a box pushes it, whatever the letter's case.
+pub fn verify(level: &Level, lurd: &str) -> Verdict {
+    let w = level.width;
+    let mut boxes = level.boxes.clone();
+    let mut player = level.player;
+    let (mut pushes, mut moves) = (0, 0);
+    let fail = |step: usize, pushes, moves, reason: String| Verdict {
+        valid: false,
+        pushes,
+        moves,
+        step: Some(step),
+        reason: Some(reason),
+    };
+    let at = |c: usize| format!("column {}, row {}", c % w + 1, c / w + 1);
+    for (i, ch) in lurd.chars().enumerate() {
+        let step = i + 1;
+        if ch.is_whitespace() {
+            continue;
+        }
+        let d = match ch.to_ascii_lowercase() {
+            'u' => 0,
+            'r' => 1,
+            'd' => 2,
+            'l' => 3,
+            _ => return fail(step, pushes, moves, format!("unknown move character {ch:?}")),
+        };
+        let Some(next) = step_cell(level, player, d) else {
+            return fail(step, pushes, moves, format!("the player walks off the map at {}", at(player)));
+        };
+        if level.walls[next] {
+            return fail(step, pushes, moves, format!("the player walks into the wall at {}", at(next)));
+        }
+        if boxes[next] {
+            let Some(beyond) = step_cell(level, next, d) else {
+                return fail(step, pushes, moves, format!("the box at {} is pushed off the map", at(next)));
+            };
+            if level.walls[beyond] {
+                return fail(step, pushes, moves, format!("the box at {} is pushed into a wall", at(next)));
+            }
+            if boxes[beyond] {
+                return fail(step, pushes, moves, format!("the box at {} is pushed into another box", at(next)));
+            }
+            boxes[next] = false;
+            boxes[beyond] = true;
+            pushes += 1;
+        }
+        player = next;
+        moves += 1;
+    }
+    let off = (0..boxes.len()).filter(|&c| boxes[c] && !level.goals[c]).count();
+    if off > 0 {
+        return Verdict {
+            valid: false,
+            pushes,
+            moves,
+            step: Some(lurd.chars().count()),
+            reason: Some(format!("the final position is not solved: {off} box(es) off goals")),
+        };
+    }
+    Verdict { valid: true, pushes, moves, step: None, reason: None }
+}
+
+fn step_cell(level: &Level, c: usize, d: usize) -> Option<usize> {
+    let (x, y) = (c % level.width, c / level.width);
+    let (nx, ny) = match d {
+        0 => (x, y.checked_sub(1)?),
+        1 => (x + 1, y),
+        2 => (x, y + 1),
+        _ => (x.checked_sub(1)?, y),
+    };
+    (nx < level.width && ny < level.height).then(|| ny * level.width + nx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::level::parse_one;
+
+    #[test]
+    fn verify_counts_and_failures() {
+        let l = parse_one("######\n#@$ .#\n######\n", "t").unwrap();
+        let v = verify(&l, "RR");
+        assert!(v.valid);
+        assert_eq!((v.pushes, v.moves), (2, 2));
+        let v = verify(&l, "R");
+        assert!(!v.valid);
+        assert!(v.reason.unwrap().contains("not solved"));
+        let v = verify(&l, "RRR");
+        assert_eq!(v.step, Some(3));
+        assert!(v.reason.unwrap().contains("wall"));
+        let v = verify(&l, "Rx");
+        assert_eq!(v.step, Some(2));
+        let v = verify(&l, "u");
+        assert_eq!(v.step, Some(1));
+    }
+
+    #[test]
+    fn lurd_from_pushes_replays() {
+        let l = parse_one("#######\n#@ $ .#\n#     #\n#######\n", "t").unwrap();
+        let b = Board::new(&l).unwrap();
+        let from = b.start_boxes[0];
+        let m1 = BoxMove { from, dir: 1 };
+        let m2 = BoxMove { from: b.neighbour(from, 1), dir: 1 };
+        let lurd = pushes_to_lurd(&b, &[m1, m2]).unwrap();
+        assert_eq!(lurd, "rRR");
+        assert!(verify(&l, &lurd).valid);
+    }
+}
