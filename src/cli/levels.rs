@@ -1,0 +1,90 @@
+//! `levels` and `verify`: listing a collection and replaying a solution.
+
+use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
+use anyhow::{Context, Result};
+use sokoshard::model::board::Board;
+use sokoshard::model::solution::verify;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct LevelsArgs {
+    /// Collection file (XSB/SOK), or - for standard input.
+    pub file: PathBuf,
+    /// One JSON object per level.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    /// Collection file (XSB/SOK), or - for standard input.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub select: Selection,
+    /// The solution in LURD (lowercase walks, uppercase pushes).
+    #[arg(long)]
+    pub solution: String,
+    /// One JSON object: valid, pushes, moves, and step and reason when invalid.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
+    let all = read_collection(&args.file)?;
+    let mut broken = 0;
+    if !args.json {
+        println!("{:>5}  {:<24} {:>7} {:>5} {:>6}", "index", "title", "size", "boxes", "floor");
+    }
+    for t in &all {
+        match t.parse().map_err(anyhow::Error::from).and_then(|l| Ok((Board::new(&l)?, l))) {
+            Ok((b, l)) => {
+                if args.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"index": t.index, "title": t.title, "width": l.width, "height": l.height,
+                            "boxes": b.box_count(), "floor": b.floor_count(), "fixed_boxes": b.fixed_boxes.len(),
+                            "key": b.keyspace.width})
+                    );
+                } else {
+                    println!(
+                        "{:>5}  {:<24} {:>7} {:>5} {:>6}",
+                        t.index,
+                        t.title,
+                        format!("{}x{}", l.width, l.height),
+                        b.box_count(),
+                        b.floor_count()
+                    );
+                }
+            }
+            Err(e) => {
+                broken += 1;
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    Ok(ExitCode::from(if broken > 0 { EXIT_BAD_INPUT } else { EXIT_OK }))
+}
+
+pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
+    let all = read_collection(&args.file)?;
+    let source = args.file.display().to_string();
+    let picked = args.select.pick(&all, &source)?;
+    anyhow::ensure!(picked.len() == 1, "verify needs exactly one level: use --level N or --title T");
+    let level = picked[0].parse().context("parsing the level")?;
+    let v = verify(&level, &args.solution);
+    if args.json {
+        println!("{}", serde_json::to_string(&v)?);
+    } else if v.valid {
+        println!("valid: {} pushes, {} moves", v.pushes, v.moves);
+    } else {
+        println!(
+            "invalid at step {}: {} (after {} pushes, {} moves)",
+            v.step.unwrap_or(0),
+            v.reason.as_deref().unwrap_or("?"),
+            v.pushes,
+            v.moves
+        );
+    }
+    Ok(ExitCode::from(if v.valid { EXIT_OK } else { EXIT_NOT_SOLVED }))
+}

@@ -1,0 +1,81 @@
+//! The CLI room: commands, level selection, progress display and output formats.
+pub mod levels;
+pub mod progress;
+pub mod solve;
+
+use anyhow::{bail, Context, Result};
+use sokoshard::model::level::{split_collection, LevelText};
+use std::io::Read;
+use std::path::Path;
+
+/// Exit code: solved / verified / listed.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: unsolvable, not solved within limits, or a solution that does not verify.
+pub const EXIT_NOT_SOLVED: u8 = 1;
+/// Exit code: bad input or usage.
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// Reads a collection from a file, or from standard input for `-`.
+pub fn read_collection(path: &Path) -> Result<Vec<LevelText>> {
+    let (text, name) = if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).context("reading levels from standard input")?;
+        (s, "<stdin>".to_string())
+    } else {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let s = String::from_utf8_lossy(&bytes).into_owned();
+        (s, path.display().to_string())
+    };
+    let levels = split_collection(&text, &name);
+    if levels.is_empty() {
+        bail!("{name}: no levels found");
+    }
+    Ok(levels)
+}
+
+/// Which levels of a collection to work on.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Selection {
+    /// 1-based level index.
+    #[arg(long, conflicts_with_all = ["levels", "title", "all"])]
+    pub level: Option<usize>,
+    /// Range of 1-based indices, e.g. 3-17.
+    #[arg(long, conflicts_with_all = ["title", "all"])]
+    pub levels: Option<String>,
+    /// Level title (exact, case-insensitive).
+    #[arg(long, conflicts_with = "all")]
+    pub title: Option<String>,
+    /// Every level (the default when nothing else is given).
+    #[arg(long)]
+    pub all: bool,
+}
+
+impl Selection {
+    pub fn pick<'a>(&self, all: &'a [LevelText], source: &str) -> Result<Vec<&'a LevelText>> {
+        let n = all.len();
+        if let Some(i) = self.level {
+            if i == 0 || i > n {
+                bail!("{source}: level {i} does not exist; the collection has levels 1 to {n}");
+            }
+            return Ok(vec![&all[i - 1]]);
+        }
+        if let Some(r) = &self.levels {
+            let (a, b) = r
+                .split_once('-')
+                .and_then(|(a, b)| Some((a.trim().parse::<usize>().ok()?, b.trim().parse::<usize>().ok()?)))
+                .with_context(|| format!("--levels {r:?}: expected a range like 3-17"))?;
+            if a == 0 || a > b || b > n {
+                bail!("{source}: levels {a}-{b} are not a range within 1 to {n}");
+            }
+            return Ok(all[a - 1..b].iter().collect());
+        }
+        if let Some(t) = &self.title {
+            let found: Vec<&LevelText> = all.iter().filter(|l| l.title.eq_ignore_ascii_case(t)).collect();
+            if found.is_empty() {
+                bail!("{source}: no level titled {t:?}");
+            }
+            return Ok(found);
+        }
+        Ok(all.iter().collect())
+    }
+}

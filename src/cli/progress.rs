@@ -1,0 +1,53 @@
+//! Progress on stderr: an indicatif spinner when stderr is a terminal, silence
+//! otherwise (structured logs stay available through `SOKOSHARD_LOG`).
+
+use indicatif::{ProgressBar, ProgressStyle};
+use sokoshard::engine::search::{LayerEvent, Progress};
+use sokoshard::sys::{human_bytes, rss_bytes};
+use std::io::IsTerminal;
+use std::time::Duration;
+
+pub struct LayerProgress {
+    bar: Option<ProgressBar>,
+    label: String,
+}
+
+impl LayerProgress {
+    pub fn new(label: String) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = ProgressBar::new_spinner();
+            b.set_style(ProgressStyle::with_template("{spinner} {prefix} {wide_msg}").expect("static template"));
+            b.set_prefix(label.clone());
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        });
+        LayerProgress { bar, label }
+    }
+
+    pub fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for LayerProgress {
+    fn layer_done(&self, e: &LayerEvent) {
+        let rate = if e.seconds > 0.0 { e.stored as f64 / e.seconds } else { 0.0 };
+        tracing::debug!(level = %self.label, side = e.side.name(), layer = e.layer, new = e.new_states,
+            stored = e.stored, seconds = e.seconds, "layer done");
+        if let Some(b) = &self.bar {
+            b.set_message(format!(
+                "{} layer {} | frontier fwd {} bwd {} | stored {} | {:.0} states/s | mem {} (store {})",
+                e.side.name(),
+                e.layer,
+                e.frontiers[0],
+                e.frontiers[1],
+                e.stored,
+                rate,
+                human_bytes(rss_bytes()),
+                human_bytes(e.memory_bytes)
+            ));
+        }
+    }
+}

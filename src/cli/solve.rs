@@ -1,0 +1,246 @@
+//! `solve`: solve levels in this process and print text, JSON or SOK output.
+
+use super::progress::LayerProgress;
+use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
+use anyhow::{Context, Result};
+use sokoshard::model::board::Board;
+use sokoshard::model::level::{Level, LevelText};
+use sokoshard::model::rules::Pruning;
+use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Raised by Ctrl-C: the current level stops and no further level starts.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+#[derive(clap::Args)]
+pub struct SolveArgs {
+    /// Collection file (XSB/SOK), or - for standard input.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub select: Selection,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Per-level time limit in seconds; the level reports `timeout`.
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Stop a level (status `limit`) once this many states are stored.
+    #[arg(long)]
+    pub max_states: Option<u64>,
+    /// Number of state partitions (a power of two).
+    #[arg(long, default_value_t = 64)]
+    pub partitions: usize,
+    /// Turn off freeze-deadlock pruning (dead squares stay on).
+    #[arg(long)]
+    pub no_freeze: bool,
+    /// One JSON object per level on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the levels with their solutions in SOK form to this file.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+struct Outcome {
+    text: LevelText,
+    level: Option<Level>,
+    report: Option<SolveReport>,
+    error: Option<String>,
+}
+
+pub fn run(args: SolveArgs) -> Result<ExitCode> {
+    anyhow::ensure!(
+        args.partitions.is_power_of_two() && args.partitions <= 1 << 16,
+        "--partitions {} must be a power of two up to 65536",
+        args.partitions
+    );
+    if let Some(t) = args.timeout {
+        anyhow::ensure!(t > 0.0 && t.is_finite(), "--timeout must be a positive number of seconds");
+    }
+    let all = read_collection(&args.file)?;
+    let source = args.file.display().to_string();
+    let picked = args.select.pick(&all, &source)?;
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    anyhow::ensure!(threads >= 1, "--threads must be at least 1");
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("starting worker threads")?;
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
+    let opts = SolveOptions {
+        partitions: args.partitions,
+        pruning: Pruning { dead_squares: true, freeze: !args.no_freeze },
+        max_states: args.max_states,
+        patterns: None,
+    };
+    let started = Instant::now();
+    let mut outcomes = Vec::new();
+    for text in picked {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            break;
+        }
+        let outcome = solve_one(text, &opts, &pool, args.timeout);
+        print_outcome(&outcome, args.json);
+        outcomes.push(outcome);
+    }
+    if !args.json && outcomes.len() > 1 {
+        print_summary(&outcomes, started.elapsed());
+    }
+    if let Some(out) = &args.output {
+        write_sok(out, &outcomes).with_context(|| format!("writing {}", out.display()))?;
+    }
+    let code = if outcomes.iter().any(|o| o.error.is_some()) {
+        EXIT_BAD_INPUT
+    } else if outcomes.iter().all(|o| o.report.as_ref().is_some_and(|r| r.status == Status::Solved))
+        && !INTERRUPTED.load(Ordering::SeqCst)
+    {
+        EXIT_OK
+    } else {
+        EXIT_NOT_SOLVED
+    };
+    Ok(ExitCode::from(code))
+}
+
+fn solve_one(text: &LevelText, opts: &SolveOptions, pool: &rayon::ThreadPool, timeout: Option<f64>) -> Outcome {
+    let mut outcome = Outcome { text: text.clone(), level: None, report: None, error: None };
+    let level = match text.parse() {
+        Ok(l) => l,
+        Err(e) => {
+            outcome.error = Some(e.to_string());
+            return outcome;
+        }
+    };
+    let board = match Board::new(&level) {
+        Ok(b) => Arc::new(b),
+        Err(e) => {
+            outcome.error = Some(e.to_string());
+            return outcome;
+        }
+    };
+    outcome.level = Some(level);
+    let cancel = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+    // a watchdog turns the deadline and Ctrl-C into the engine's cancel flag
+    let watchdog = {
+        let (cancel, done) = (cancel.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                if INTERRUPTED.load(Ordering::SeqCst) || deadline.is_some_and(|d| Instant::now() >= d) {
+                    cancel.store(true, Ordering::SeqCst);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let progress = LayerProgress::new(format!("level {} ({})", text.index, text.title));
+    let result = pool.install(|| solve_local(board, opts, &cancel, &progress));
+    progress.finish();
+    done.store(true, Ordering::SeqCst);
+    let _ = watchdog.join();
+    match result {
+        Ok(mut r) => {
+            if r.status == Status::Timeout && INTERRUPTED.load(Ordering::SeqCst) {
+                r.reason = Some("interrupted".into());
+            }
+            outcome.report = Some(r)
+        }
+        Err(e) => outcome.error = Some(e.to_string()),
+    }
+    outcome
+}
+
+fn print_outcome(o: &Outcome, json: bool) {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        let v = match (&o.report, &o.error) {
+            (Some(r), _) => serde_json::json!({
+                "level": o.text.index, "title": o.text.title, "status": r.status,
+                "pushes": r.pushes, "moves": r.moves, "solution": r.solution,
+                "states": r.states, "generated": r.generated, "seconds": r.seconds,
+                "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
+                "peak_memory_bytes": r.peak_memory_bytes, "key": r.key_width, "reason": r.reason,
+            }),
+            (None, err) => serde_json::json!({
+                "level": o.text.index, "title": o.text.title, "status": "error",
+                "pushes": null, "moves": null, "solution": null, "states": 0, "seconds": 0.0,
+                "reason": err,
+            }),
+        };
+        let _ = writeln!(out, "{v}");
+        return;
+    }
+    match (&o.report, &o.error) {
+        (Some(r), _) => {
+            let head = format!("level {} ({})", o.text.index, o.text.title);
+            match r.status {
+                Status::Solved => {
+                    let _ = writeln!(
+                        out,
+                        "{head}: solved in {} pushes, {} moves",
+                        r.pushes.unwrap_or(0),
+                        r.moves.unwrap_or(0)
+                    );
+                    let _ = writeln!(out, "  solution: {}", r.solution.as_deref().unwrap_or(""));
+                }
+                other => {
+                    let why = r.reason.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
+                    let _ = writeln!(out, "{head}: {}{why}", other.name());
+                }
+            }
+            let _ = writeln!(
+                out,
+                "  states: {} stored, {} generated; {:.3} s",
+                r.states, r.generated, r.seconds
+            );
+        }
+        (None, Some(e)) => {
+            let _ = writeln!(out, "level {} ({}): error: {e}", o.text.index, o.text.title);
+            eprintln!("error: {e}");
+        }
+        (None, None) => {}
+    }
+}
+
+fn print_summary(outcomes: &[Outcome], total: Duration) {
+    let count = |s: Status| outcomes.iter().filter(|o| o.report.as_ref().is_some_and(|r| r.status == s)).count();
+    let errors = outcomes.iter().filter(|o| o.error.is_some()).count();
+    println!();
+    println!("{:>10} {:>10} {:>10} {:>10} {:>10} {:>12}", "solved", "unsolvable", "timeout", "limit", "error", "total time");
+    println!(
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>11.1}s",
+        count(Status::Solved),
+        count(Status::Unsolvable),
+        count(Status::Timeout),
+        count(Status::Limit),
+        errors,
+        total.as_secs_f64()
+    );
+}
+
+/// Writes levels with a `Solution` section each, the form Sokoban programs load.
+fn write_sok(path: &PathBuf, outcomes: &[Outcome]) -> Result<()> {
+    let mut s = String::new();
+    for o in outcomes {
+        let Some(level) = &o.level else { continue };
+        s.push_str(&format!("; {}\n\n", o.text.title));
+        s.push_str(&level.to_xsb());
+        s.push_str(&format!("Title: {}\n", o.text.title));
+        if let Some(r) = &o.report {
+            if let (Some(sol), Some(p), Some(m)) = (&r.solution, r.pushes, r.moves) {
+                s.push_str(&format!("Solution (moves {m}, pushes {p})\n{sol}\n"));
+            } else {
+                s.push_str(&format!("Comment: {}\n", r.status.name()));
+            }
+        }
+        s.push('\n');
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, s)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! One BFS layer in two phases, the unit both local mode and the cluster run:
+//! *expand* (every partition's frontier generates successors, routed to their owner
+//! partition through the [`Exchange`]) and *merge* (each owner sorts and dedups its
+//! candidates, drops those already visited, checks the rest against the other side,
+//! and stores them as its part of the new layer).
+
+use super::partition::{Exchange, PartitionStore, Partitioner};
+use super::{EngineError, Problem, Side};
+use crate::model::key::StateKey;
+use crate::model::rules::Scratch;
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Successors are routed in batches of this many keys per destination.
+const ROUTE_BATCH: usize = 2048;
+
+/// What the expand phase did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExpandStats {
+    /// States expanded.
+    pub expanded: u64,
+    /// Successors generated (before duplicate removal).
+    pub generated: u64,
+}
+
+/// What the merge phase did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergeStats<K> {
+    /// New states stored.
+    pub new_states: u64,
+    /// A meeting with the other side: the key and its layer there.
+    pub meeting: Option<(K, usize)>,
+}
+
+/// Expands layer `layer` of `side` for `partitions`, sending successors to their
+/// owners. Returns `Ok(None)` if `cancel` was raised part way.
+#[allow(clippy::too_many_arguments)]
+pub fn expand<K: StateKey>(
+    problem: &Problem<K>,
+    side: Side,
+    layer: usize,
+    partitions: &[usize],
+    partitioner: Partitioner,
+    store: &dyn PartitionStore<K>,
+    exchange: &dyn Exchange<K>,
+    cancel: &AtomicBool,
+) -> Result<Option<ExpandStats>, EngineError> {
+    let expanded = AtomicU64::new(0);
+    let generated = AtomicU64::new(0);
+    let parts = partitioner.count();
+    partitions.par_iter().try_for_each_init(
+        || Scratch::new(&problem.board),
+        |sc, &p| -> Result<(), EngineError> {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let mut buckets: Vec<Vec<K>> = (0..parts).map(|_| Vec::new()).collect();
+            let (mut n_exp, mut n_gen) = (0u64, 0u64);
+            let mut route_err = None;
+            store.for_each_chunk(side, layer, p, &mut |chunk| {
+                if cancel.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                for key in chunk {
+                    n_exp += 1;
+                    problem.expand(side, key, sc, |succ, _| {
+                        n_gen += 1;
+                        let q = partitioner.of(&succ);
+                        let b = &mut buckets[q];
+                        b.push(succ);
+                        if b.len() >= ROUTE_BATCH && route_err.is_none() {
+                            if let Err(e) = exchange.send(q, std::mem::take(b)) {
+                                route_err = Some(e);
+                            }
+                        }
+                    });
+                }
+                match route_err.take() {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                }
+            })?;
+            for (q, b) in buckets.into_iter().enumerate() {
+                if !b.is_empty() {
+                    exchange.send(q, b)?;
+                }
+            }
+            expanded.fetch_add(n_exp, Ordering::Relaxed);
+            generated.fetch_add(n_gen, Ordering::Relaxed);
+            Ok(())
+        },
+    )?;
+    if cancel.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    Ok(Some(ExpandStats { expanded: expanded.into_inner(), generated: generated.into_inner() }))
+}
+
+/// Merges the candidates delivered to `partitions` into the next layer of `side`
+/// and checks them against every layer of the other side. The caller seals the
+/// layer once every partition (on every node) has merged.
+pub fn merge<K: StateKey>(
+    side: Side,
+    partitions: &[usize],
+    store: &dyn PartitionStore<K>,
+    exchange: &dyn Exchange<K>,
+    check_other: bool,
+) -> Result<MergeStats<K>, EngineError> {
+    let results: Vec<(u64, Option<(K, usize)>)> = partitions
+        .par_iter()
+        .map(|&p| -> Result<(u64, Option<(K, usize)>), EngineError> {
+            let mut cands = exchange.take(p)?;
+            cands.sort_unstable();
+            cands.dedup();
+            store.retain_unseen(side, p, &mut cands)?;
+            let meeting = if check_other { store.find_any(side.other(), p, &cands)? } else { None };
+            let n = cands.len() as u64;
+            store.push_layer(side, p, cands)?;
+            Ok((n, meeting))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut stats = MergeStats { new_states: 0, meeting: None };
+    for (n, m) in results {
+        stats.new_states += n;
+        // all meetings of a layer are at the same depth (see search.rs); keep the
+        // smallest key so the answer does not depend on scheduling
+        if let Some(m) = m {
+            if stats.meeting.as_ref().is_none_or(|cur| m.0 < cur.0) {
+                stats.meeting = Some(m);
+            }
+        }
+    }
+    Ok(stats)
+}

@@ -1,0 +1,152 @@
+//! The engine room: level-synchronous, partitioned BFS (one side or both), meeting
+//! detection, path rebuild and the k-packet-game deadlock tables. CPU work runs on
+//! rayon; nothing here knows about tokio, tonic or the terminal.
+
+pub mod layer;
+pub mod partition;
+pub mod path;
+pub mod search;
+
+use crate::model::board::Board;
+use crate::model::key::{KeySpace, StateKey};
+use crate::model::rules::{for_each_pull, for_each_push, BoxMove, Pruning, Scratch};
+use crate::storage::StorageError;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// The two search directions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// From the start, by pushes.
+    Forward,
+    /// From the solved position, by pulls.
+    Backward,
+}
+
+impl Side {
+    #[inline]
+    pub fn index(self) -> usize {
+        match self {
+            Side::Forward => 0,
+            Side::Backward => 1,
+        }
+    }
+    pub fn other(self) -> Side {
+        match self {
+            Side::Forward => Side::Backward,
+            Side::Backward => Side::Forward,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Forward => "forward",
+            Side::Backward => "backward",
+        }
+    }
+    pub fn from_index(i: usize) -> Side {
+        if i == 0 {
+            Side::Forward
+        } else {
+            Side::Backward
+        }
+    }
+}
+
+/// Engine failures.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// A pattern-based deadlock check (the k-PG tables), consulted after every move.
+pub trait PatternCheck: Send + Sync {
+    /// True when the state reached by moving a box onto `moved` (boxes sorted,
+    /// `player` any square of the player's region, `sc.occ` unset) can be dropped
+    /// by the search on `side`.
+    fn is_deadlock(&self, side: Side, sc: &mut Scratch, boxes: &[u16], moved: u16, player: u16) -> bool;
+}
+
+/// What is searched: a board, a box count (k-PG games use fewer boxes than the
+/// level), the prunings, and how keys are encoded.
+pub struct Problem<K> {
+    pub board: Arc<Board>,
+    pub space: KeySpace,
+    pub pruning: Pruning,
+    pub patterns: Option<Arc<dyn PatternCheck>>,
+    _key: PhantomData<K>,
+}
+
+impl<K: StateKey> Problem<K> {
+    /// The full level.
+    pub fn full(board: Arc<Board>, pruning: Pruning, patterns: Option<Arc<dyn PatternCheck>>) -> Self {
+        let space = board.keyspace.clone();
+        Problem { board, space, pruning, patterns, _key: PhantomData }
+    }
+
+    /// A sub-game with `boxes` boxes on the same board.
+    pub fn with_boxes(
+        board: Arc<Board>,
+        boxes: usize,
+        pruning: Pruning,
+        patterns: Option<Arc<dyn PatternCheck>>,
+    ) -> Option<Self> {
+        let space = KeySpace::new(board.floor_count(), boxes)?;
+        Some(Problem { board, space, pruning, patterns, _key: PhantomData })
+    }
+
+    #[inline]
+    pub fn encode(&self, boxes: &[u16], player: u16) -> K {
+        K::encode(&self.space, boxes, player)
+    }
+
+    #[inline]
+    pub fn decode(&self, key: &K, boxes: &mut Vec<u16>) -> u16 {
+        key.decode(&self.space, boxes)
+    }
+
+    /// Calls `emit` for every (pruned) move of `side` from `key`: pushes forward,
+    /// pulls backward.
+    pub fn expand(&self, side: Side, key: &K, sc: &mut Scratch, mut emit: impl FnMut(K, BoxMove)) {
+        let mut boxes = std::mem::take(&mut sc.boxes);
+        let player = self.decode(key, &mut boxes);
+        let patterns = self.patterns.as_deref();
+        let on_move = |next: &[u16], p: u16, m: BoxMove, sc: &mut Scratch| {
+            let moved = self.board.neighbour(m.from, m.dir as usize);
+            if let Some(pc) = patterns {
+                // the check floods with occupancy of its own; hand it a clean slate
+                for &b in next {
+                    sc.occ[b as usize] = false;
+                }
+                let dead = pc.is_deadlock(side, sc, next, moved, p);
+                for &b in next {
+                    sc.occ[b as usize] = true;
+                }
+                if dead {
+                    return;
+                }
+            }
+            emit(K::encode(&self.space, next, p), m);
+        };
+        match side {
+            Side::Forward => for_each_push(&self.board, sc, &boxes, player, self.pruning, on_move),
+            Side::Backward => for_each_pull(&self.board, sc, &boxes, player, self.pruning, on_move),
+        }
+        sc.boxes = boxes;
+    }
+
+    /// Every move of `side` from `key` with no pruning at all (path rebuild).
+    pub fn expand_unpruned(&self, side: Side, key: &K, sc: &mut Scratch, mut emit: impl FnMut(K, BoxMove)) {
+        let mut boxes = std::mem::take(&mut sc.boxes);
+        let player = self.decode(key, &mut boxes);
+        let on_move = |next: &[u16], p: u16, m: BoxMove, _: &mut Scratch| emit(K::encode(&self.space, next, p), m);
+        match side {
+            Side::Forward => for_each_push(&self.board, sc, &boxes, player, Pruning::NONE, on_move),
+            Side::Backward => for_each_pull(&self.board, sc, &boxes, player, Pruning::NONE, on_move),
+        }
+        sc.boxes = boxes;
+    }
+}

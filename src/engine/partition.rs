@@ -1,0 +1,205 @@
+//! The two seams the search is written against: where a partition's layers live
+//! ([`PartitionStore`]) and how successor batches reach their owner partition
+//! ([`Exchange`]). Local mode, the disk store and the cluster differ only in the
+//! implementations plugged in here.
+
+use super::Side;
+use crate::model::key::StateKey;
+use crate::storage::StorageError;
+use std::sync::Mutex;
+
+/// Maps keys to one of `2^bits` partitions by the top bits of their xxh3 hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partitioner {
+    bits: u32,
+}
+
+impl Partitioner {
+    /// `count` must be a power of two between 1 and 2^16.
+    pub fn new(count: usize) -> Partitioner {
+        assert!(count.is_power_of_two() && count <= 1 << 16, "partition count must be a power of two <= 65536");
+        Partitioner { bits: count.trailing_zeros() }
+    }
+    #[inline]
+    pub fn count(&self) -> usize {
+        1 << self.bits
+    }
+    #[inline]
+    pub fn of<K: StateKey>(&self, key: &K) -> usize {
+        if self.bits == 0 {
+            0
+        } else {
+            (key.partition_hash() >> (64 - self.bits)) as usize
+        }
+    }
+}
+
+/// Per-partition, per-side BFS layers. Each partition is touched by one thread at a
+/// time during a phase, so implementations may lock per partition.
+///
+/// Invariants: a layer, once pushed, is immutable; keys inside a layer are sorted and
+/// unique; a key lives only in the partition the [`Partitioner`] assigns it.
+pub trait PartitionStore<K: StateKey>: Send + Sync {
+    /// Number of partitions this store holds (all of them, even if some are empty).
+    fn partitions(&self) -> usize;
+    /// Number of completed layers of `side` (same for every partition).
+    fn layers(&self, side: Side) -> usize;
+    /// Size of one partition's layer.
+    fn layer_len(&self, side: Side, layer: usize, partition: usize) -> u64;
+    /// Streams one partition's layer in sorted chunks.
+    fn for_each_chunk(
+        &self,
+        side: Side,
+        layer: usize,
+        partition: usize,
+        f: &mut dyn FnMut(&[K]) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError>;
+    /// Removes from `candidates` (sorted, unique, all of `partition`) every key
+    /// already stored in any layer of `side`.
+    fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), StorageError>;
+    /// For sorted, unique `keys` of `partition`: the first key found in any layer of
+    /// `side`, with that layer.
+    fn find_any(&self, side: Side, partition: usize, keys: &[K]) -> Result<Option<(K, usize)>, StorageError>;
+    /// Is `key` in this layer?
+    fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, StorageError>;
+    /// Appends the next layer of `side` for `partition` (sorted, unique). Every
+    /// partition's next layer must be pushed before the layer counts as complete;
+    /// [`PartitionStore::seal_layer`] marks that.
+    fn push_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), StorageError>;
+    /// Declares the layer whose partitions were just pushed complete.
+    fn seal_layer(&self, side: Side) -> Result<(), StorageError>;
+    /// Drops the partial layer being built (after a cancelled phase).
+    fn abort_layer(&self, side: Side);
+    /// Bytes the store holds in memory and on disk.
+    fn bytes(&self) -> StoreBytes;
+}
+
+/// Memory and disk held by a store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreBytes {
+    pub memory: u64,
+    pub disk: u64,
+}
+
+/// Routes successor batches to their owner partition between the expand phase and
+/// the merge phase of a layer.
+pub trait Exchange<K: StateKey>: Send + Sync {
+    /// Delivers a batch of keys that all belong to `partition`. Called from many
+    /// threads during expansion.
+    fn send(&self, partition: usize, batch: Vec<K>) -> Result<(), StorageError>;
+    /// After every sender is done: all keys delivered to `partition` (unsorted,
+    /// possibly with duplicates), leaving it empty.
+    fn take(&self, partition: usize) -> Result<Vec<K>, StorageError>;
+    /// Drops everything held (after a cancelled phase).
+    fn clear(&self);
+    /// Bytes currently buffered in memory.
+    fn buffered_bytes(&self) -> u64;
+}
+
+/// The in-process exchange: one locked buffer per partition.
+pub struct LocalExchange<K> {
+    buffers: Vec<Mutex<Vec<K>>>,
+}
+
+impl<K: StateKey> LocalExchange<K> {
+    pub fn new(partitions: usize) -> Self {
+        LocalExchange { buffers: (0..partitions).map(|_| Mutex::new(Vec::new())).collect() }
+    }
+}
+
+impl<K: StateKey> Exchange<K> for LocalExchange<K> {
+    fn send(&self, partition: usize, mut batch: Vec<K>) -> Result<(), StorageError> {
+        let mut buf = self.buffers[partition].lock().unwrap_or_else(|e| e.into_inner());
+        if buf.is_empty() {
+            std::mem::swap(&mut *buf, &mut batch);
+        } else {
+            buf.append(&mut batch);
+        }
+        Ok(())
+    }
+    fn take(&self, partition: usize) -> Result<Vec<K>, StorageError> {
+        Ok(std::mem::take(&mut *self.buffers[partition].lock().unwrap_or_else(|e| e.into_inner())))
+    }
+    fn clear(&self) {
+        for b in &self.buffers {
+            *b.lock().unwrap_or_else(|e| e.into_inner()) = Vec::new();
+        }
+    }
+    fn buffered_bytes(&self) -> u64 {
+        self.buffers
+            .iter()
+            .map(|b| (b.lock().unwrap_or_else(|e| e.into_inner()).capacity() * std::mem::size_of::<K>()) as u64)
+            .sum()
+    }
+}
+
+/// Removes from sorted `cands` every key present in sorted `layer`, choosing binary
+/// search or a linear merge by relative size.
+pub fn subtract_sorted<K: Ord + Copy>(cands: &mut Vec<K>, layer: &[K]) {
+    if cands.is_empty() || layer.is_empty() {
+        return;
+    }
+    let log = usize::BITS - layer.len().leading_zeros();
+    if cands.len() * (log as usize) < layer.len() {
+        cands.retain(|k| layer.binary_search(k).is_err());
+    } else {
+        let mut j = 0;
+        cands.retain(|k| {
+            while j < layer.len() && layer[j] < *k {
+                j += 1;
+            }
+            !(j < layer.len() && layer[j] == *k)
+        });
+    }
+}
+
+/// The first key of sorted `keys` that is in sorted `layer`.
+pub fn first_common<K: Ord + Copy>(keys: &[K], layer: &[K]) -> Option<K> {
+    if keys.is_empty() || layer.is_empty() {
+        return None;
+    }
+    let log = usize::BITS - layer.len().leading_zeros();
+    if keys.len() * (log as usize) < layer.len() {
+        keys.iter().copied().find(|k| layer.binary_search(k).is_ok())
+    } else {
+        let (mut i, mut j) = (0, 0);
+        while i < keys.len() && j < layer.len() {
+            match keys[i].cmp(&layer[j]) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => return Some(keys[i]),
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn subtract_and_common_agree_with_sets(mut a in proptest::collection::vec(0u64..500, 0..200), mut b in proptest::collection::vec(0u64..500, 0..400)) {
+            a.sort_unstable(); a.dedup(); b.sort_unstable(); b.dedup();
+            let set: std::collections::BTreeSet<u64> = b.iter().copied().collect();
+            let mut c = a.clone();
+            subtract_sorted(&mut c, &b);
+            let expect: Vec<u64> = a.iter().copied().filter(|k| !set.contains(k)).collect();
+            prop_assert_eq!(&c, &expect);
+            let first = a.iter().copied().find(|k| set.contains(k));
+            prop_assert_eq!(first_common(&a, &b), first);
+        }
+    }
+
+    #[test]
+    fn partitioner_is_stable_and_in_range() {
+        let p = Partitioner::new(16);
+        for k in 0u64..1000 {
+            assert!(p.of(&k) < 16);
+            assert_eq!(p.of(&k), p.of(&k));
+        }
+        assert_eq!(Partitioner::new(1).of(&12345u64), 0);
+    }
+}

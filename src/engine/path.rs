@@ -1,0 +1,73 @@
+//! Path rebuild without parent pointers: from the meeting state, regenerate
+//! predecessors (forward side) or successors (backward side) and keep the one found
+//! in the previous layer, down to layer 0 on both sides.
+
+use super::partition::{PartitionStore, Partitioner};
+use super::{EngineError, Problem, Side};
+use crate::model::board::opposite;
+use crate::model::key::StateKey;
+use crate::model::rules::{BoxMove, Scratch};
+
+/// Answers "is this key in that layer of that side?", wherever the layer lives.
+pub trait LayerLookup<K: StateKey> {
+    /// Index of the first of `keys` found in `layer` of `side`, if any.
+    fn first_in_layer(&self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError>;
+}
+
+/// Lookup against a store holding every partition (local mode).
+pub struct StoreLookup<'a, K: StateKey> {
+    pub store: &'a dyn PartitionStore<K>,
+    pub partitioner: Partitioner,
+}
+
+impl<K: StateKey> LayerLookup<K> for StoreLookup<'_, K> {
+    fn first_in_layer(&self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError> {
+        for (i, k) in keys.iter().enumerate() {
+            if self.store.contains(side, layer, self.partitioner.of(k), k)? {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The pushes from the start to the goal through `meet`, which lies in forward
+/// layer `forward` and backward layer `backward`.
+pub fn rebuild<K: StateKey>(
+    problem: &Problem<K>,
+    lookup: &dyn LayerLookup<K>,
+    meet: K,
+    forward: usize,
+    backward: usize,
+) -> Result<Vec<BoxMove>, EngineError> {
+    let mut sc = Scratch::new(&problem.board);
+    let mut head = Vec::with_capacity(forward);
+    let mut cur = meet;
+    for layer in (0..forward).rev() {
+        let mut cands: Vec<(K, BoxMove)> = Vec::new();
+        problem.expand_unpruned(Side::Backward, &cur, &mut sc, |k, m| cands.push((k, m)));
+        let keys: Vec<K> = cands.iter().map(|c| c.0).collect();
+        let i = lookup.first_in_layer(Side::Forward, layer, &keys)?.ok_or_else(|| {
+            EngineError::Internal(format!("path rebuild: no predecessor in forward layer {layer}"))
+        })?;
+        let (prev, pull) = cands[i];
+        // the pull dragged the box from `pull.from` one step in `pull.dir`; the push
+        // that undoes it starts there and goes the other way
+        let at = problem.board.neighbour(pull.from, pull.dir as usize);
+        head.push(BoxMove { from: at, dir: opposite(pull.dir as usize) as u8 });
+        cur = prev;
+    }
+    head.reverse();
+    cur = meet;
+    for layer in (0..backward).rev() {
+        let mut cands: Vec<(K, BoxMove)> = Vec::new();
+        problem.expand_unpruned(Side::Forward, &cur, &mut sc, |k, m| cands.push((k, m)));
+        let keys: Vec<K> = cands.iter().map(|c| c.0).collect();
+        let i = lookup.first_in_layer(Side::Backward, layer, &keys)?.ok_or_else(|| {
+            EngineError::Internal(format!("path rebuild: no successor in backward layer {layer}"))
+        })?;
+        head.push(cands[i].1);
+        cur = cands[i].0;
+    }
+    Ok(head)
+}
