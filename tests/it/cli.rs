@@ -1,0 +1,216 @@
+//! The `sokoshard` binary end to end: exit codes, messages and output formats.
+
+use crate::common::{repo, truth};
+use std::process::{Command, Output};
+
+fn sokoshard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(args).output().expect("run sokoshard")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const MICROBAN: &str = "levels/Microban_155.xsb";
+
+#[test]
+fn verify_accepts_every_known_solution_with_its_counts() {
+    let file = repo(MICROBAN);
+    for (index, pushes, moves, solution) in truth() {
+        let o = sokoshard(&["verify", file.to_str().unwrap(), "--level", &index.to_string(), "--solution", &solution, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "level {index}: {}", stdout(&o));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        assert_eq!(v["valid"], true);
+        assert_eq!(v["pushes"], pushes, "level {index}");
+        assert_eq!(v["moves"], moves, "level {index}");
+    }
+}
+
+#[test]
+fn verify_rejects_altered_solutions_naming_the_step() {
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    let (_, _, _, solution) = &truth()[0]; // level 1: dlUrrrdLullddrUluRuulDrddrruLdlUU
+    // cut short: final position not solved
+    let short = &solution[..solution.len() - 1];
+    let o = sokoshard(&["verify", file, "--level", "1", "--solution", short, "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["valid"], false);
+    assert!(v["reason"].as_str().unwrap().contains("not solved"));
+    // first step 'd' changed to 'l': pushes the box on the left into the wall
+    let bad = format!("l{}", &solution[1..]);
+    let o = sokoshard(&["verify", file, "--level", "1", "--solution", &bad, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["step"], 1);
+    assert!(v["reason"].as_str().unwrap().contains("wall"));
+    // a stray character
+    let bad = format!("{}x{}", &solution[..5], &solution[5..]);
+    let o = sokoshard(&["verify", file, "--level", "1", "--solution", &bad, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["step"], 6);
+    // text output names the step too
+    let o = sokoshard(&["verify", file, "--level", "1", "--solution", &bad]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("invalid at step 6"));
+}
+
+#[test]
+fn levels_lists_all_microban_levels_with_box_counts() {
+    let file = repo(MICROBAN);
+    let o = sokoshard(&["levels", file.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 155);
+    // independent count: '$' and '*' characters of each level's rows in the file
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut counts = Vec::new();
+    let mut cur: Option<usize> = None;
+    for line in text.lines() {
+        let is_row = line.trim_start().starts_with('#');
+        match (is_row, cur) {
+            (true, None) => cur = Some(line.chars().filter(|&c| c == '$' || c == '*').count()),
+            (true, Some(n)) => cur = Some(n + line.chars().filter(|&c| c == '$' || c == '*').count()),
+            (false, Some(n)) => {
+                counts.push(n);
+                cur = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(n) = cur {
+        counts.push(n);
+    }
+    assert_eq!(counts.len(), 155);
+    for (row, n) in rows.iter().zip(counts) {
+        let listed = row["boxes"].as_u64().unwrap() + row["fixed_boxes"].as_u64().unwrap();
+        assert_eq!(listed as usize, n, "level {}", row["index"]);
+    }
+    // 'The Dungeon' (#155) has boxes on goals that the player can never reach: fixed
+    assert!(rows[154]["fixed_boxes"].as_u64().unwrap() > 0);
+    let o = sokoshard(&["levels", file.to_str().unwrap()]);
+    assert_eq!(stdout(&o).lines().count(), 156);
+}
+
+#[test]
+fn broken_levels_exit_2_naming_file_and_line() {
+    let cases = [
+        ("no_player.xsb", 2, "no player"),
+        ("several_players.xsb", 4, "players"),
+        ("box_goal_mismatch.xsb", 2, "2 boxes but 1 goals"),
+        ("no_boxes.xsb", 2, "no boxes"),
+        ("open_level.xsb", 3, "open"),
+        ("unknown_character.xsb", 3, "unknown character 'x'"),
+        ("too_large.xsb", 2, "too large"),
+        ("too_many_floor_squares.xsb", 2, "floor squares"),
+    ];
+    for (file, line, what) in cases {
+        let path = repo(&format!("tests/broken/{file}"));
+        for cmd in [&["solve", path.to_str().unwrap()][..], &["levels", path.to_str().unwrap()][..]] {
+            let o = sokoshard(cmd);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{file} {cmd:?}: {err}");
+            assert!(err.contains(&format!("{file}:{line}:")), "{file}: {err}");
+            assert!(err.contains(what), "{file}: {err}");
+            assert!(!err.contains("panicked"), "{file}: {err}");
+        }
+    }
+}
+
+#[test]
+fn solve_json_has_the_promised_fields_and_solutions_verify() {
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    let o = sokoshard(&["solve", file, "--levels", "1-5", "--json", "--threads", "2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let truth = truth();
+    for line in stdout(&o).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for field in ["level", "title", "status", "pushes", "moves", "solution", "states", "seconds"] {
+            assert!(v.get(field).is_some(), "missing {field}: {line}");
+        }
+        let i = v["level"].as_u64().unwrap() as usize;
+        assert_eq!(v["status"], "solved");
+        assert_eq!(v["pushes"].as_u64().unwrap() as usize, truth[i - 1].1);
+        let sol = v["solution"].as_str().unwrap();
+        let check = sokoshard(&["verify", file, "--level", &i.to_string(), "--solution", sol]);
+        assert_eq!(check.status.code(), Some(0));
+    }
+}
+
+#[test]
+fn solve_text_output_summary_and_sok_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("solved.sok");
+    let file = repo(MICROBAN);
+    let o = sokoshard(&["solve", file.to_str().unwrap(), "--levels", "2-3", "--output", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let s = stdout(&o);
+    assert!(s.contains("level 2 (2): solved in 3 pushes"), "{s}");
+    assert!(s.contains("solved") && s.contains("total time"), "{s}");
+    let sok = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(sok.matches("Solution (moves").count(), 2);
+    // the written file loads again, and its solutions verify
+    let o = sokoshard(&["levels", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 3);
+}
+
+#[test]
+fn unsolvable_level_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stuck.xsb");
+    // the box is in a corner off its goal
+    std::fs::write(&path, "#####\n#$ .#\n# @ #\n#####\n").unwrap();
+    let o = sokoshard(&["solve", path.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["status"], "unsolvable");
+}
+
+#[test]
+fn timeout_stops_cleanly_and_reports() {
+    let file = repo("levels/XSokoban_90.xsb");
+    let o = sokoshard(&["solve", file.to_str().unwrap(), "--level", "4", "--timeout", "0.5", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["status"], "timeout");
+}
+
+#[test]
+fn state_limit_reports_limit() {
+    let file = repo("levels/XSokoban_90.xsb");
+    let o = sokoshard(&["solve", file.to_str().unwrap(), "--level", "1", "--max-states", "1000", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["status"], "limit");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let file = repo(MICROBAN);
+    assert_eq!(sokoshard(&["solve", file.to_str().unwrap(), "--level", "999"]).status.code(), Some(2));
+    assert_eq!(sokoshard(&["solve", file.to_str().unwrap(), "--partitions", "3"]).status.code(), Some(2));
+    assert_eq!(sokoshard(&["solve", "/no/such/file.xsb"]).status.code(), Some(2));
+    assert_eq!(sokoshard(&["frobnicate"]).status.code(), Some(2));
+}
+
+#[test]
+fn reads_levels_from_stdin() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(["solve", "-", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"######\n#@$ .#\n######\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["pushes"], 2);
+}

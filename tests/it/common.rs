@@ -1,0 +1,95 @@
+//! Shared helpers: random small levels, the truth table, a reference forward BFS.
+
+use proptest::prelude::*;
+use sokoshard::model::board::Board;
+use sokoshard::model::level::parse_one;
+use sokoshard::model::rules::{for_each_push, normalize_player, Pruning, Scratch};
+use std::collections::{HashSet, VecDeque};
+use std::path::PathBuf;
+
+pub fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// (level, pushes, moves, solution) from tests/data/microban1-push-optimal.tsv.
+pub fn truth() -> Vec<(usize, usize, usize, String)> {
+    let text = std::fs::read_to_string(repo("tests/data/microban1-push-optimal.tsv")).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].to_string())
+        })
+        .collect()
+}
+
+/// A random closed level of at most 7x6 interior with 1 to 3 boxes, as XSB text.
+pub fn small_level() -> impl Strategy<Value = String> {
+    (3usize..=7, 3usize..=6, 1usize..=3, proptest::collection::vec(0u8..100, 42), proptest::collection::vec(0usize..1000, 7))
+        .prop_map(|(w, h, nboxes, noise, picks)| {
+            let mut grid = vec![vec!['#'; w + 2]; h + 2];
+            for y in 0..h {
+                for x in 0..w {
+                    grid[y + 1][x + 1] = if noise[y * 7 + x] < 18 { '#' } else { ' ' };
+                }
+            }
+            let mut free: Vec<(usize, usize)> =
+                (0..h).flat_map(|y| (0..w).map(move |x| (x + 1, y + 1))).filter(|&(x, y)| grid[y][x] == ' ').collect();
+            let mut take = |i: usize| {
+                if free.is_empty() {
+                    None
+                } else {
+                    let j = picks[i] % free.len();
+                    Some(free.swap_remove(j))
+                }
+            };
+            let mut placed = Vec::new();
+            for i in 0..(1 + 2 * nboxes) {
+                if let Some(p) = take(i) {
+                    placed.push(p);
+                }
+            }
+            if placed.len() == 1 + 2 * nboxes {
+                let (px, py) = placed[0];
+                grid[py][px] = '@';
+                for k in 0..nboxes {
+                    let (bx, by) = placed[1 + k];
+                    let (gx, gy) = placed[1 + nboxes + k];
+                    grid[by][bx] = '$';
+                    grid[gy][gx] = '.';
+                }
+            }
+            grid.into_iter().map(|r| r.into_iter().collect::<String>()).collect::<Vec<_>>().join("\n") + "\n"
+        })
+}
+
+/// A board for generated text, or None when the generator produced no valid level.
+pub fn board_of(text: &str) -> Option<Board> {
+    let level = parse_one(text, "gen").ok()?;
+    Board::new(&level).ok()
+}
+
+/// Push-optimal length by a plain forward BFS with no pruning at all.
+pub fn reference_bfs(board: &Board) -> Option<usize> {
+    if board.unsolvable.is_some() {
+        return None;
+    }
+    let mut sc = Scratch::new(board);
+    let start = (board.start_boxes.clone(), normalize_player(board, &mut sc, &board.start_boxes, board.start_player));
+    let mut seen: HashSet<(Vec<u16>, u16)> = HashSet::new();
+    seen.insert(start.clone());
+    let mut queue = VecDeque::from([(start, 0usize)]);
+    while let Some(((boxes, player), d)) = queue.pop_front() {
+        if boxes.iter().all(|&b| board.is_goal[b as usize]) {
+            return Some(d);
+        }
+        let mut next = Vec::new();
+        for_each_push(board, &mut sc, &boxes, player, Pruning::NONE, |b, p, _, _| next.push((b.to_vec(), p)));
+        for s in next {
+            if seen.insert(s.clone()) {
+                queue.push_back((s, d + 1));
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,78 @@
+//! The engine against a plain forward BFS, and its independence from threads and
+//! partitions.
+
+use crate::common::{board_of, reference_bfs, repo, small_level, truth};
+use proptest::prelude::*;
+use sokoshard::engine::search::NoProgress;
+use sokoshard::model::board::Board;
+use sokoshard::model::level::split_collection;
+use sokoshard::model::solution::verify;
+use sokoshard::solve::{solve_local, SolveOptions, Status};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+fn solve(board: &Board, partitions: usize, threads: usize) -> (Status, Option<usize>, Option<String>) {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    let opts = SolveOptions { partitions, ..Default::default() };
+    let r = pool
+        .install(|| solve_local(Arc::new(board.clone()), &opts, &AtomicBool::new(false), &NoProgress))
+        .unwrap();
+    (r.status, r.pushes, r.solution)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn bidirectional_matches_forward_bfs(text in small_level()) {
+        let Some(board) = board_of(&text) else { return Ok(()) };
+        let expect = reference_bfs(&board);
+        let (status, pushes, solution) = solve(&board, 8, 2);
+        match expect {
+            Some(n) => {
+                prop_assert_eq!(status, Status::Solved, "{}", text);
+                prop_assert_eq!(pushes, Some(n), "{}", text);
+                let level = sokoshard::model::level::parse_one(&text, "gen").unwrap();
+                let v = verify(&level, solution.as_deref().unwrap());
+                prop_assert!(v.valid, "{}: {:?}", text, v);
+                prop_assert_eq!(v.pushes, n);
+            }
+            None => prop_assert_eq!(status, Status::Unsolvable, "{}", text),
+        }
+    }
+}
+
+fn microban(index: usize) -> (sokoshard::model::level::Level, Board) {
+    let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
+    let level = split_collection(&text, "Microban_155.xsb")[index - 1].parse().unwrap();
+    let board = Board::new(&level).unwrap();
+    (level, board)
+}
+
+#[test]
+fn answer_does_not_depend_on_threads_or_partitions() {
+    for index in [6, 16, 60] {
+        let (_, board) = microban(index);
+        let base = solve(&board, 1, 1);
+        for (parts, threads) in [(1, 2), (8, 1), (64, 2), (1024, 2)] {
+            let r = solve(&board, parts, threads);
+            assert_eq!((r.0, r.1), (base.0, base.1), "level {index} with {parts} partitions, {threads} threads");
+        }
+    }
+}
+
+/// Microban I levels that solve in well under a second each: the push count must
+/// equal the known optimum and the printed solution must verify.
+#[test]
+fn microban_push_counts_match_truth() {
+    let truth = truth();
+    let quick: Vec<usize> = (1..=60).chain([61, 62, 63, 64, 65, 70, 75, 80, 90, 100, 110, 120, 130, 140, 150]).collect();
+    for (index, pushes, _, _) in truth.iter().filter(|t| quick.contains(&t.0)) {
+        let (level, board) = microban(*index);
+        let (status, got, solution) = solve(&board, 64, 2);
+        assert_eq!(status, Status::Solved, "level {index}");
+        assert_eq!(got, Some(*pushes), "level {index}");
+        let v = verify(&level, solution.as_deref().unwrap());
+        assert!(v.valid && v.pushes == *pushes, "level {index}: {v:?}");
+    }
+}
