@@ -1,2 +1,3 @@
 //! sokoshard: a push-optimal Sokoban solver.
 pub mod model;
+pub mod storage;
