@@ -1,10 +1,9 @@
-//! The storage room: in-memory layer sets and on-disk shards behind the engine's
-//! `PartitionStore` seam.
-pub mod mem;
+//! The storage room owns in-memory sets and on-disk shards: everything that
+//! holds visited states behind the engine's `PartitionStore` seam.
 
-/// Storage failures, each naming the file and what happened.
-#[derive(Debug, thiserror::Error)]
-pub enum StorageError {
-    #[error("{op} {path}: {source}")]
-    Io { path: std::path::PathBuf, op: &'static str, source: std::io::Error },
-}
+pub mod error;
+pub mod mem;
+pub mod shard;
+
+pub use error::StorageError;
+pub use shard::{write_shard, ShardInfo, ShardMeta, ShardReader, ShardWriter};
