@@ -4,7 +4,7 @@
 
 use crate::engine::partition::{LocalExchange, PartitionStore, Partitioner};
 use crate::engine::path::{rebuild, StoreLookup};
-use crate::engine::search::{Engine, Limits, Progress, SearchEnd, SearchStats};
+use crate::engine::search::{bidirectional, Limits, LocalBackend, Progress, SearchEnd, SearchStats};
 use crate::engine::{EngineError, PatternCheck, Problem};
 use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
@@ -132,10 +132,10 @@ fn solve_typed<K: StateKey>(
     let partitioner = Partitioner::new(opts.partitions);
     let store = MemStore::<K>::new(partitioner.count());
     let exchange = LocalExchange::<K>::new(partitioner.count());
-    let engine = Engine { problem: &problem, partitioner, store: &store, exchange: &exchange, progress };
+    let mut backend = LocalBackend { problem: &problem, partitioner, store: &store, exchange: &exchange, cancel };
     let (starts, goals) = seeds(&problem);
     let limits = Limits { cancel, max_states: opts.max_states };
-    let (end, stats) = engine.bidirectional(&starts, &goals, &limits)?;
+    let (end, stats) = bidirectional(&mut backend, &starts, &goals, &limits, progress)?;
     fill_stats(&mut report, &stats);
     match end {
         SearchEnd::Met { key, forward, backward } => {

@@ -86,31 +86,54 @@ pub struct SearchStats {
     pub disk_bytes: u64,
 }
 
-/// Everything the driver needs; local mode builds this over one store and one
-/// exchange holding every partition.
-pub struct Engine<'a, K: StateKey> {
+/// One completed layer step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepOutcome<K> {
+    pub new_states: u64,
+    pub generated: u64,
+    pub expanded: u64,
+    /// The first meeting with the other side: key and its layer there.
+    pub meeting: Option<(K, usize)>,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    /// Highest memory seen during the step (store plus buffered successors).
+    pub peak_memory_bytes: u64,
+}
+
+/// Where the layers live and how a layer step runs: in this process
+/// ([`LocalBackend`]) or across a cluster (the coordinator). The search loops
+/// below are written once against this trait.
+pub trait LayerBackend<K: StateKey> {
+    /// Stores `keys` as layer 0 of `side`; returns how many distinct keys.
+    fn seed(&mut self, side: Side, keys: &[K]) -> Result<u64, EngineError>;
+    /// Completed layers of `side`.
+    fn layers(&self, side: Side) -> usize;
+    /// Size of the last layer of `side`.
+    fn frontier(&self, side: Side) -> Result<u64, EngineError>;
+    /// Expands the last layer of `side`, merges the next one and seals it. With
+    /// `check_other`, new states are checked against every layer of the other side.
+    /// `Ok(None)` when cancelled; the partial layer is dropped.
+    fn step(&mut self, side: Side, check_other: bool) -> Result<Option<StepOutcome<K>>, EngineError>;
+}
+
+/// Layers in one [`PartitionStore`] holding every partition, successors through one
+/// in-process [`Exchange`].
+pub struct LocalBackend<'a, K: StateKey> {
     pub problem: &'a Problem<K>,
     pub partitioner: Partitioner,
     pub store: &'a dyn PartitionStore<K>,
     pub exchange: &'a dyn Exchange<K>,
-    pub progress: &'a dyn Progress,
+    pub cancel: &'a AtomicBool,
 }
 
-impl<'a, K: StateKey> Engine<'a, K> {
+impl<K: StateKey> LocalBackend<'_, K> {
     fn all_partitions(&self) -> Vec<usize> {
         (0..self.partitioner.count()).collect()
     }
+}
 
-    fn frontier(&self, side: Side) -> u64 {
-        let layers = self.store.layers(side);
-        if layers == 0 {
-            return 0;
-        }
-        (0..self.partitioner.count()).map(|p| self.store.layer_len(side, layers - 1, p)).sum()
-    }
-
-    /// Stores `keys` as layer 0 of `side`.
-    pub fn seed(&self, side: Side, keys: &[K]) -> Result<u64, EngineError> {
+impl<K: StateKey> LayerBackend<K> for LocalBackend<'_, K> {
+    fn seed(&mut self, side: Side, keys: &[K]) -> Result<u64, EngineError> {
         let mut by_part: Vec<Vec<K>> = vec![Vec::new(); self.partitioner.count()];
         for k in keys {
             by_part[self.partitioner.of(k)].push(*k);
@@ -126,127 +149,151 @@ impl<'a, K: StateKey> Engine<'a, K> {
         Ok(n)
     }
 
-    /// One layer of `side`: expand, merge, seal. Returns the merge result, or
-    /// `None` if cancelled (the partial layer is dropped).
-    fn step(
-        &self,
-        side: Side,
-        check_other: bool,
-        limits: &Limits<'_>,
-        stats: &mut SearchStats,
-        started: Instant,
-    ) -> Result<Option<Option<(K, usize)>>, EngineError> {
+    fn layers(&self, side: Side) -> usize {
+        self.store.layers(side)
+    }
+
+    fn frontier(&self, side: Side) -> Result<u64, EngineError> {
+        let layers = self.store.layers(side);
+        if layers == 0 {
+            return Ok(0);
+        }
+        Ok((0..self.partitioner.count()).map(|p| self.store.layer_len(side, layers - 1, p)).sum())
+    }
+
+    fn step(&mut self, side: Side, check_other: bool) -> Result<Option<StepOutcome<K>>, EngineError> {
         let parts = self.all_partitions();
         let layer = self.store.layers(side) - 1;
-        let exp = expand(self.problem, side, layer, &parts, self.partitioner, self.store, self.exchange, limits.cancel)?;
+        let exp = expand(self.problem, side, layer, &parts, self.partitioner, self.store, self.exchange, self.cancel)?;
         let Some(exp) = exp else {
             self.exchange.clear();
             return Ok(None);
         };
-        let peak_during = self.store.bytes().memory + self.exchange.buffered_bytes();
+        let peak = self.store.bytes().memory + self.exchange.buffered_bytes();
         let merged = merge(side, &parts, self.store, self.exchange, check_other)?;
-        if limits.cancel.load(Ordering::Relaxed) {
+        if self.cancel.load(Ordering::Relaxed) {
             self.store.abort_layer(side);
             return Ok(None);
         }
         self.store.seal_layer(side)?;
-        stats.generated += exp.generated;
-        stats.expanded += exp.expanded;
-        stats.stored += merged.new_states;
-        stats.layers[side.index()] = self.store.layers(side);
         let bytes = self.store.bytes();
-        stats.peak_memory_bytes = stats.peak_memory_bytes.max(peak_during).max(bytes.memory);
-        stats.disk_bytes = bytes.disk;
-        self.progress.layer_done(&LayerEvent {
-            side,
-            layer: layer + 1,
+        Ok(Some(StepOutcome {
             new_states: merged.new_states,
             generated: exp.generated,
-            frontiers: [self.frontier(Side::Forward), self.frontier(Side::Backward)],
-            stored: stats.stored,
+            expanded: exp.expanded,
+            meeting: merged.meeting,
             memory_bytes: bytes.memory,
             disk_bytes: bytes.disk,
-            seconds: started.elapsed().as_secs_f64(),
-        });
-        Ok(Some(merged.meeting))
+            peak_memory_bytes: peak.max(bytes.memory),
+        }))
     }
+}
 
-    /// Runs the bidirectional search from `starts` (forward layer 0) and `goals`
-    /// (backward layer 0) until the sides meet, one runs dry, or a limit stops it.
-    pub fn bidirectional(
-        &self,
-        starts: &[K],
-        goals: &[K],
-        limits: &Limits<'_>,
-    ) -> Result<(SearchEnd<K>, SearchStats), EngineError> {
-        let started = Instant::now();
-        let mut stats = SearchStats::default();
-        stats.stored += self.seed(Side::Forward, starts)?;
-        stats.stored += self.seed(Side::Backward, goals)?;
-        stats.layers = [1, 1];
-        // layer-0 meeting: the start is already solved
-        let mut sorted_starts = starts.to_vec();
-        sorted_starts.sort_unstable();
-        for k in &sorted_starts {
-            let p = self.partitioner.of(k);
-            if self.store.contains(Side::Backward, 0, p, k)? {
-                return Ok((SearchEnd::Met { key: *k, forward: 0, backward: 0 }, stats));
-            }
+fn record<K: StateKey>(
+    backend: &dyn LayerBackend<K>,
+    side: Side,
+    out: &StepOutcome<K>,
+    stats: &mut SearchStats,
+    progress: &dyn Progress,
+    started: Instant,
+) -> Result<(), EngineError> {
+    stats.generated += out.generated;
+    stats.expanded += out.expanded;
+    stats.stored += out.new_states;
+    stats.layers = [backend.layers(Side::Forward), backend.layers(Side::Backward)];
+    stats.peak_memory_bytes = stats.peak_memory_bytes.max(out.peak_memory_bytes);
+    stats.disk_bytes = out.disk_bytes;
+    progress.layer_done(&LayerEvent {
+        side,
+        layer: backend.layers(side) - 1,
+        new_states: out.new_states,
+        generated: out.generated,
+        frontiers: [backend.frontier(Side::Forward)?, backend.frontier(Side::Backward)?],
+        stored: stats.stored,
+        memory_bytes: out.memory_bytes,
+        disk_bytes: out.disk_bytes,
+        seconds: started.elapsed().as_secs_f64(),
+    });
+    Ok(())
+}
+
+/// Runs the bidirectional search from `starts` (forward layer 0) and `goals`
+/// (backward layer 0) until the sides meet, one runs dry, or a limit stops it.
+pub fn bidirectional<K: StateKey>(
+    backend: &mut dyn LayerBackend<K>,
+    starts: &[K],
+    goals: &[K],
+    limits: &Limits<'_>,
+    progress: &dyn Progress,
+) -> Result<(SearchEnd<K>, SearchStats), EngineError> {
+    let started = Instant::now();
+    let mut stats = SearchStats::default();
+    stats.stored += backend.seed(Side::Forward, starts)?;
+    stats.stored += backend.seed(Side::Backward, goals)?;
+    stats.layers = [1, 1];
+    // layer-0 meeting: the start is already solved
+    if let Some(k) = starts.iter().filter(|k| goals.contains(k)).min() {
+        return Ok((SearchEnd::Met { key: *k, forward: 0, backward: 0 }, stats));
+    }
+    loop {
+        let ff = backend.frontier(Side::Forward)?;
+        let fb = backend.frontier(Side::Backward)?;
+        if ff == 0 {
+            return Ok((SearchEnd::Unsolvable { exhausted: Side::Forward }, stats));
         }
-        loop {
-            let ff = self.frontier(Side::Forward);
-            let fb = self.frontier(Side::Backward);
-            if ff == 0 {
-                return Ok((SearchEnd::Unsolvable { exhausted: Side::Forward }, stats));
+        if fb == 0 {
+            return Ok((SearchEnd::Unsolvable { exhausted: Side::Backward }, stats));
+        }
+        if limits.max_states.is_some_and(|max| stats.stored >= max) {
+            return Ok((SearchEnd::Limit, stats));
+        }
+        if limits.cancel.load(Ordering::Relaxed) {
+            return Ok((SearchEnd::Cancelled, stats));
+        }
+        // grow the side whose frontier is smaller (Heiner's estimate of the next)
+        let side = if ff <= fb { Side::Forward } else { Side::Backward };
+        let other_last = backend.layers(side.other()) - 1;
+        let Some(out) = backend.step(side, true)? else {
+            return Ok((SearchEnd::Cancelled, stats));
+        };
+        record(&*backend, side, &out, &mut stats, progress, started)?;
+        if let Some((key, other_layer)) = out.meeting {
+            if other_layer != other_last {
+                return Err(EngineError::Internal(format!(
+                    "meeting at {} layer {other_layer}, expected the last layer {other_last}",
+                    side.other().name()
+                )));
             }
-            if fb == 0 {
-                return Ok((SearchEnd::Unsolvable { exhausted: Side::Backward }, stats));
-            }
-            if let Some(max) = limits.max_states {
-                if stats.stored >= max {
-                    return Ok((SearchEnd::Limit, stats));
-                }
-            }
-            // grow the side whose frontier is smaller (Heiner's estimate of the next)
-            let side = if ff <= fb { Side::Forward } else { Side::Backward };
-            let other_last = self.store.layers(side.other()) - 1;
-            match self.step(side, true, limits, &mut stats, started)? {
-                None => return Ok((SearchEnd::Cancelled, stats)),
-                Some(None) => continue,
-                Some(Some((key, other_layer))) => {
-                    if other_layer != other_last {
-                        return Err(EngineError::Internal(format!(
-                            "meeting at {} layer {other_layer}, expected the last layer {other_last}",
-                            side.other().name()
-                        )));
-                    }
-                    let this_layer = self.store.layers(side) - 1;
-                    let (forward, backward) = match side {
-                        Side::Forward => (this_layer, other_layer),
-                        Side::Backward => (other_layer, this_layer),
-                    };
-                    return Ok((SearchEnd::Met { key, forward, backward }, stats));
-                }
-            }
+            let this_layer = backend.layers(side) - 1;
+            let (forward, backward) = match side {
+                Side::Forward => (this_layer, other_layer),
+                Side::Backward => (other_layer, this_layer),
+            };
+            return Ok((SearchEnd::Met { key, forward, backward }, stats));
         }
     }
+}
 
-    /// Explores one side to exhaustion from `seeds` (the k-PG games).
-    pub fn exhaust(&self, side: Side, seeds: &[K], limits: &Limits<'_>) -> Result<(SearchEnd<K>, SearchStats), EngineError> {
-        let started = Instant::now();
-        let mut stats = SearchStats { stored: self.seed(side, seeds)?, ..Default::default() };
-        loop {
-            if self.frontier(side) == 0 {
-                return Ok((SearchEnd::Unsolvable { exhausted: side }, stats));
-            }
-            if let Some(max) = limits.max_states {
-                if stats.stored >= max {
-                    return Ok((SearchEnd::Limit, stats));
-                }
-            }
-            if self.step(side, false, limits, &mut stats, started)?.is_none() {
-                return Ok((SearchEnd::Cancelled, stats));
-            }
+/// Explores one side to exhaustion from `seeds` (the k-PG games).
+pub fn exhaust<K: StateKey>(
+    backend: &mut dyn LayerBackend<K>,
+    side: Side,
+    seeds: &[K],
+    limits: &Limits<'_>,
+    progress: &dyn Progress,
+) -> Result<(SearchEnd<K>, SearchStats), EngineError> {
+    let started = Instant::now();
+    let mut stats = SearchStats { stored: backend.seed(side, seeds)?, ..Default::default() };
+    loop {
+        if backend.frontier(side)? == 0 {
+            return Ok((SearchEnd::Unsolvable { exhausted: side }, stats));
         }
+        if limits.max_states.is_some_and(|max| stats.stored >= max) {
+            return Ok((SearchEnd::Limit, stats));
+        }
+        let Some(out) = backend.step(side, false)? else {
+            return Ok((SearchEnd::Cancelled, stats));
+        };
+        record(&*backend, side, &out, &mut stats, progress, started)?;
     }
 }
