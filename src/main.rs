@@ -21,6 +21,9 @@ enum Command {
     Verify(cli::levels::VerifyArgs),
     /// Solve levels push-optimally on this machine.
     Solve(cli::solve::SolveArgs),
+    /// Build or inspect k-packet-game deadlock databases.
+    #[command(subcommand)]
+    Deadlocks(cli::deadlocks::DeadlocksCommand),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Command::Levels(a) => cli::levels::run_levels(a),
         Command::Verify(a) => cli::levels::run_verify(a),
         Command::Solve(a) => cli::solve::run(a),
+        Command::Deadlocks(c) => cli::deadlocks::run(c),
     };
     match result {
         Ok(code) => code,

@@ -67,6 +67,8 @@ pub struct SolveReport {
     pub states: u64,
     pub generated: u64,
     pub seconds: f64,
+    /// Of `seconds`, the time spent building k-PG tables.
+    pub kpg_seconds: f64,
     pub forward_layers: usize,
     pub backward_layers: usize,
     pub peak_memory_bytes: u64,
@@ -119,6 +121,7 @@ fn solve_typed<K: StateKey>(
         states: 0,
         generated: 0,
         seconds: 0.0,
+        kpg_seconds: 0.0,
         forward_layers: 0,
         backward_layers: 0,
         peak_memory_bytes: 0,

@@ -343,7 +343,8 @@ fn pullable(board: &Board, sc: &mut Scratch, b: u16, d: usize) -> bool {
     if step == NONE || sc.tmp_wall[step as usize] {
         return false;
     }
-    !(sc.occ[to as usize] && pull_frozen(board, sc, to)) && !(sc.occ[step as usize] && pull_frozen(board, sc, step))
+    let blocked_at = |sc: &mut Scratch, sq: u16| sc.occ[sq as usize] && pull_frozen(board, sc, sq);
+    !blocked_at(sc, to) && !blocked_at(sc, step)
 }
 
 /// The backward start states: all boxes on goals, the player in each region of the
