@@ -72,6 +72,10 @@ pub struct SolveReport {
     pub forward_layers: usize,
     pub backward_layers: usize,
     pub peak_memory_bytes: u64,
+    /// Bytes the visited sets hold in memory at the end (divide by `states` for
+    /// bytes per stored state).
+    pub store_bytes: u64,
+    pub disk_bytes: u64,
     pub key_width: KeyWidth,
     /// Why the level is unsolvable, when known without searching.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,6 +129,8 @@ fn solve_typed<K: StateKey>(
         forward_layers: 0,
         backward_layers: 0,
         peak_memory_bytes: 0,
+        store_bytes: 0,
+        disk_bytes: 0,
         key_width: board.keyspace.width,
         reason: board.unsolvable.clone(),
     };
@@ -168,4 +174,6 @@ fn fill_stats(report: &mut SolveReport, stats: &SearchStats) {
     report.forward_layers = stats.layers[0];
     report.backward_layers = stats.layers[1];
     report.peak_memory_bytes = stats.peak_memory_bytes;
+    report.store_bytes = stats.store_bytes;
+    report.disk_bytes = stats.disk_bytes;
 }

@@ -1,4 +1,5 @@
 //! The CLI room: commands, level selection, progress display and output formats.
+pub mod bench;
 pub mod deadlocks;
 pub mod levels;
 pub mod progress;

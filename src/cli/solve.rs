@@ -218,7 +218,8 @@ fn print_outcome(o: &Outcome, json: bool) {
                 "pushes": r.pushes, "moves": r.moves, "solution": r.solution,
                 "states": r.states, "generated": r.generated, "seconds": r.seconds, "kpg_seconds": r.kpg_seconds,
                 "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
-                "peak_memory_bytes": r.peak_memory_bytes, "key": r.key_width, "reason": r.reason,
+                "peak_memory_bytes": r.peak_memory_bytes, "store_bytes": r.store_bytes, "disk_bytes": r.disk_bytes, "peak_rss_bytes": sokoshard::sys::peak_rss_bytes(),
+                "key": r.key_width, "reason": r.reason,
             }),
             (None, err) => serde_json::json!({
                 "level": o.text.index, "title": o.text.title, "status": "error",
