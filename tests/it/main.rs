@@ -1,7 +1,8 @@
 //! The one integration-test binary: the CLI end to end, the rules as properties,
-//! and the engine against a plain forward BFS.
+//! the engine against a plain forward BFS, and the deployment files.
 mod cli;
 mod common;
+mod deploy;
 mod engine;
 mod kpg;
 mod rules;
