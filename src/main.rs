@@ -27,6 +27,18 @@ enum Command {
     /// Build or inspect k-packet-game deadlock databases.
     #[command(subcommand)]
     Deadlocks(cli::deadlocks::DeadlocksCommand),
+    /// Run a cluster coordinator: the job table, the layer barrier, the job log.
+    Coordinator(cli::cluster::CoordinatorArgs),
+    /// Run a cluster worker: holds partitions of a job's states.
+    Worker(cli::cluster::WorkerArgs),
+    /// Solve levels on a cluster; prints results as `solve` does.
+    Submit(cli::cluster::SubmitArgs),
+    /// Show a cluster's workers and jobs.
+    Status(cli::cluster::StatusArgs),
+    /// Cancel a cluster job.
+    Cancel(cli::cluster::CancelArgs),
+    /// Benchmark: one level on 1, 2 and 4 local worker processes.
+    BenchCluster(cli::bench_cluster::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +55,12 @@ fn main() -> ExitCode {
         Command::Solve(a) => cli::solve::run(a),
         Command::Deadlocks(c) => cli::deadlocks::run(c),
         Command::Bench(c) => cli::bench::run(c),
+        Command::Coordinator(a) => cli::cluster::run_coordinator(a),
+        Command::Worker(a) => cli::cluster::run_worker(a),
+        Command::Submit(a) => cli::cluster::run_submit(a),
+        Command::Status(a) => cli::cluster::run_status(a),
+        Command::Cancel(a) => cli::cluster::run_cancel(a),
+        Command::BenchCluster(a) => cli::bench_cluster::run(a),
     };
     match result {
         Ok(code) => code,
