@@ -42,7 +42,7 @@ pub struct NetArgs {
 }
 
 impl NetArgs {
-    fn config(&self) -> Result<NetConfig> {
+    pub(crate) fn config(&self) -> Result<NetConfig> {
         anyhow::ensure!(!self.token.is_empty(), "the cluster token must not be empty");
         anyhow::ensure!(
             self.tls_cert.is_some() == self.tls_key.is_some(),
