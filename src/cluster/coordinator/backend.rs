@@ -514,7 +514,10 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 }
                 Err(e) if e.is_node_fault() => {
                     tracing::warn!(job = self.id, error = %e, "{what} failed on a worker; the job pauses and retries from the last completed layer");
-                    self.set_message(JobState::Paused, format!("{e}"));
+                    self.set_message(
+                        JobState::Paused,
+                        format!("a worker failed ({e}); resuming from the last completed layer once every worker is back"),
+                    );
                     self.abort_all();
                     self.loaded.iter_mut().for_each(|l| *l = 0);
                     std::thread::sleep(Duration::from_millis(200));
