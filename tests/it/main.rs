@@ -1,6 +1,8 @@
 //! The one integration-test binary: the CLI end to end, the rules as properties,
-//! the engine against a plain forward BFS, and the deployment files.
+//! the engine against a plain forward BFS, the cluster as separate processes, and
+//! the deployment files.
 mod cli;
+mod cluster;
 mod common;
 mod deploy;
 mod engine;

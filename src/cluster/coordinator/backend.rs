@@ -265,6 +265,8 @@ pub struct ClusterBackend<'a, K: StateKey> {
     step_id: u64,
     /// The full error behind the last `EngineError` handed to the engine.
     error: Option<ClusterError>,
+    /// A worker failed or is missing: the next load is a resume.
+    paused: bool,
     _key: PhantomData<K>,
 }
 
@@ -285,6 +287,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             layers: rec.layers.clone(),
             step_id: 0,
             error: None,
+            paused: false,
             _key: PhantomData,
         };
         if b.nodes.is_empty() {
@@ -340,7 +343,6 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     /// last completed layer, (re)loading it where needed.
     fn ensure_ready(&mut self) -> Result<(), ClusterError> {
         let since = Instant::now();
-        let mut paused = false;
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 return Err(ClusterError::Cancelled);
@@ -359,9 +361,9 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                         self.sh.cfg.resume_timeout.as_secs()
                     )));
                 }
-                if !paused {
+                if !self.paused {
                     tracing::warn!(job = self.id, missing = %who.join(", "), "job paused: waiting for workers");
-                    paused = true;
+                    self.paused = true;
                 }
                 self.set_message(JobState::Paused, format!("waiting for lost worker {} to come back", who.join(", ")));
                 self.loaded.iter_mut().for_each(|l| *l = 0);
@@ -378,7 +380,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 }
             }
             if !changed && self.loaded.iter().all(|&l| l != 0) {
-                if paused || self.sh.record(self.id).is_some_and(|r| r.state != JobState::Running as i32) {
+                if self.sh.record(self.id).is_some_and(|r| r.state != JobState::Running as i32) {
                     self.set_message(JobState::Running, String::new());
                 }
                 return Ok(());
@@ -409,7 +411,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                         return Err(ClusterError::Internal(format!("a worker uses {}-limb keys, the coordinator {}", bad.limbs, K::LIMBS)));
                     }
                     self.loaded = incs;
-                    if paused {
+                    if std::mem::take(&mut self.paused) {
                         tracing::info!(job = self.id, forward = want[0], backward = want[1], "job resumes from the last completed layer");
                     }
                 }
@@ -519,8 +521,12 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     return Ok(None);
                 }
                 Err(e) if e.is_node_fault() => {
+                    self.paused = true;
                     tracing::warn!(job = self.id, error = %e, "{what} failed on a worker; the job pauses and retries from the last completed layer");
-                    self.set_message(JobState::Paused, format!("{e}"));
+                    self.set_message(
+                        JobState::Paused,
+                        format!("a worker failed ({e}); resuming from the last completed layer once every worker is back"),
+                    );
                     self.abort_all();
                     self.loaded.iter_mut().for_each(|l| *l = 0);
                     std::thread::sleep(Duration::from_millis(200));

@@ -170,6 +170,8 @@ impl Shared {
             result: r.result.clone(),
             keys_exchanged: r.keys_exchanged,
             bytes_exchanged: r.bytes_exchanged,
+            forward_layers: r.layers[0].len() as u32,
+            backward_layers: r.layers[1].len() as u32,
         }
     }
 

@@ -395,7 +395,7 @@ async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, adv
                 }
                 Err(s) if matches!(s.code(), tonic::Code::Unauthenticated | tonic::Code::FailedPrecondition) => {
                     // a wrong token or protocol never fixes itself: say so and stop
-                    eprintln!("error: the coordinator at {} refused this worker: {}: {}", cfg.join, s.code(), s.message());
+                    eprintln!("error: the coordinator at {} refused this worker: {}", cfg.join, s.message());
                     std::process::exit(2);
                 }
                 Err(s) => tracing::warn!(coordinator = %cfg.join, error = %s.message(), "join failed, retrying"),
