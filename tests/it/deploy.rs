@@ -256,6 +256,10 @@ fn kubernetes_manifests_parse_and_have_the_expected_objects() {
     for (kind, name, pod) in m.pod_specs() {
         assert_eq!(pod["securityContext"]["runAsUser"], 10001, "{kind} {name}");
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{kind} {name}");
+        // servers: SIGTERM must reach a process that is not PID 1
+        if kind != "Job" {
+            assert_eq!(pod["shareProcessNamespace"], true, "{kind} {name}: sokoshard would be PID 1 and ignore SIGTERM");
+        }
     }
 }
 
@@ -460,7 +464,7 @@ fn the_job_submits_a_level_to_the_coordinator_service() {
 }
 
 #[test]
-fn kustomization_lists_the_long_running_manifests() {
+fn kustomization_lists_the_coordinator_and_workers_but_not_the_secret_or_job() {
     let m = Manifests::load();
     let k: Vec<_> = m.docs.iter().filter(|(_, d)| d["kind"] == "Kustomization").collect();
     assert_eq!(k.len(), 1);
@@ -474,9 +478,10 @@ fn kustomization_lists_the_long_running_manifests() {
         if kind == "Kustomization" {
             continue;
         }
-        // a Job is created once per submission, not kept applied
-        let job_file = m.docs.iter().any(|(g, e)| g == f && e["kind"] == "Job");
-        assert_eq!(listed.contains(f), !job_file, "{f} ({kind}) {} the kustomization", if job_file { "is in" } else { "is missing from" });
+        // a Job is created once per submission, not kept applied; the Secret is
+        // created by hand, so that apply never overwrites a real token
+        let by_hand = m.docs.iter().any(|(g, e)| g == f && (e["kind"] == "Job" || e["kind"] == "Secret"));
+        assert_eq!(listed.contains(f), !by_hand, "{f} ({kind}) {} the kustomization", if by_hand { "is in" } else { "is missing from" });
     }
 }
 
@@ -553,6 +558,7 @@ fn compose_runs_a_coordinator_and_three_workers_with_own_volumes_and_health_chec
         assert!(declared.contains(&vol.to_string()), "{name}: volume {vol} is not a named volume");
         assert!(volumes.insert(vol.to_string()), "{name} shares volume {vol}");
         assert!(!svc["restart"].is_null(), "{name}: no restart policy");
+        assert_eq!(svc["init"], true, "{name}: sokoshard would be PID 1 and ignore SIGTERM");
         if a[0] == "worker" {
             assert_eq!(flag(&a, "--join"), Some(format!("{coord_name}:{coord_port}")), "{name} joins elsewhere");
             assert_eq!(flag(&a, "--advertise"), Some(format!("{name}:{port}")), "{name} must advertise its service name");
@@ -561,5 +567,119 @@ fn compose_runs_a_coordinator_and_three_workers_with_own_volumes_and_health_chec
             let limit = cli_size(s(&svc["mem_limit"], "mem_limit"));
             assert!(limit >= mem + (256 << 20), "{name}: mem_limit {limit} leaves no room beside --mem {mem}");
         }
+    }
+}
+
+// ---------------------------------------------------------------- health
+
+/// Child processes killed when dropped.
+struct Nodes(Vec<std::process::Child>);
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn health(args: &[&str], token: Option<&str>) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sokoshard"));
+    cmd.arg("health").args(args).env_remove("SOKOSHARD_TOKEN");
+    if let Some(t) = token {
+        cmd.env("SOKOSHARD_TOKEN", t);
+    }
+    cmd.output().expect("run sokoshard health")
+}
+
+/// `sokoshard health`, which the compose health checks and the Kubernetes probes
+/// run: 0 for a live node of the named kind, 1 for a dead one, the wrong kind or
+/// a wrong token, 2 without a token.
+#[test]
+fn health_tells_live_nodes_from_dead_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (cport, wport, dead) = (free(), free(), free());
+    let (coord, worker) = (format!("127.0.0.1:{cport}"), format!("127.0.0.1:{wport}"));
+    let spawn = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+            .args(args)
+            .env("SOKOSHARD_TOKEN", "health-test")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn sokoshard")
+    };
+    let cdir = dir.path().join("c");
+    let wdir = dir.path().join("w");
+    let _nodes = Nodes(vec![
+        spawn(&["coordinator", "--listen", &coord, "--data-dir", cdir.to_str().unwrap()]),
+        spawn(&["worker", "--join", &coord, "--listen", &worker, "--data-dir", wdir.to_str().unwrap(), "--mem", "64M", "--threads", "1"]),
+    ]);
+    let token = Some("health-test");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for args in [vec![coord.as_str()], vec!["--worker", worker.as_str()]] {
+        loop {
+            let o = health(&args, token);
+            if o.status.code() == Some(0) {
+                assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok: "));
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{args:?} never became healthy: {}", String::from_utf8_lossy(&o.stderr));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    // the wrong kind of node, a wrong token, nothing listening
+    assert_eq!(health(&["--worker", &coord], token).status.code(), Some(1));
+    assert_eq!(health(&[&worker], token).status.code(), Some(1));
+    let o = health(&[&coord], Some("wrong"));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("token"), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = health(&[&format!("127.0.0.1:{dead}"), "--timeout", "2"], token);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).starts_with("unhealthy: "));
+    // no token at all is a usage error
+    assert_eq!(health(&[&coord], None).status.code(), Some(2));
+}
+
+/// The TLS override repeats each base command (compose replaces lists), so it
+/// must be the base command plus TLS flags only, for every service, and the
+/// health checks must trust the certificate the nodes serve, by the same name.
+#[test]
+fn the_compose_tls_override_is_the_base_plus_tls_flags() {
+    let base = documents(&repo("deploy/docker-compose.yml")).remove(0);
+    let tls = documents(&repo("deploy/docker-compose.tls.yml")).remove(0);
+    let base_services = base["services"].as_object().unwrap();
+    let services = tls["services"].as_object().expect("services");
+    assert_eq!(
+        services.keys().collect::<BTreeSet<_>>(),
+        base_services.keys().collect::<BTreeSet<_>>(),
+        "the override must cover every service"
+    );
+    let is_tls = |a: &String| a.starts_with("--tls-");
+    for (name, svc) in services {
+        let b = &base_services[name];
+        let cmd = strings(&svc["command"], "command");
+        let base_cmd = strings(&b["command"], "command");
+        assert_eq!(cmd[..base_cmd.len()], base_cmd[..], "{name}: the override's command drifted from the base one");
+        let extra = &cmd[base_cmd.len()..];
+        assert!(extra.iter().all(is_tls), "{name}: the override adds more than TLS flags: {extra:?}");
+        let cert = flag(&cmd, "--tls-cert").unwrap_or_else(|| panic!("{name}: --tls-cert"));
+        assert!(flag(&cmd, "--tls-key").is_some(), "{name}: --tls-key");
+        let domain = flag(&cmd, "--tls-domain").unwrap_or_else(|| panic!("{name}: --tls-domain"));
+
+        let test = strings(&svc["healthcheck"]["test"], "healthcheck");
+        let plain: Vec<String> = test.iter().filter(|a| !is_tls(a)).cloned().collect();
+        assert_eq!(plain, strings(&b["healthcheck"]["test"], "healthcheck"), "{name}: the health check drifted from the base one");
+        assert_eq!(flag(&test, "--tls-ca"), Some(cert.clone()), "{name}: the health check must trust the served certificate");
+        assert_eq!(flag(&test, "--tls-domain"), Some(domain.clone()), "{name}: the health check checks another name");
+
+        let vols = strings(&svc["volumes"], "volumes");
+        let dir = cert.rsplit_once('/').unwrap().0;
+        assert!(
+            vols.iter().any(|v| compose_defaults(v).split(':').nth(1) == Some(dir)),
+            "{name}: nothing mounted at {dir}, where the certificate is read"
+        );
     }
 }
