@@ -171,6 +171,14 @@ fn unsolvable_level_exits_1() {
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["status"], "unsolvable");
+    // a box walled off from the player and not on a goal: unsolvable without search
+    std::fs::write(&path, "#######\n#@$ .##\n#######\n##$.###\n#######\n").unwrap();
+    let o = sokoshard(&["solve", path.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["status"], "unsolvable");
+    assert!(v["reason"].as_str().unwrap().contains("never be reached"), "{v}");
+    assert_eq!(v["states"], 0);
 }
 
 #[test]
