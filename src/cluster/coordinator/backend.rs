@@ -143,7 +143,10 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
             });
             unload_all(sh, id, rt);
         }
-        Err(e) => fail(e.to_string()),
+        Err(e) => {
+            fail(e.to_string());
+            unload_all(sh, id, rt);
+        }
     }
 }
 
@@ -485,7 +488,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     /// Drops a failed step on every node that answers.
     fn abort_all(&self) {
         let id = self.id;
-        let _ = self.rt.block_on(async {
+        self.rt.block_on(async {
             let mut hs = Vec::new();
             for addr in &self.addresses {
                 if let Ok(mut c) = self.sh.clients.get(addr) {
