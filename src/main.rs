@@ -32,7 +32,13 @@ enum Command {
     /// Cancel a cluster job.
     Cancel(cli::cluster::CancelArgs),
     /// Benchmark: one level on 1, 2 and 4 local worker processes.
-    BenchCluster(cli::bench::BenchArgs),
+    BenchCluster(cli::bench_cluster::BenchArgs),
+    /// Measurements for the README (each run a child process).
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
+    /// Build or inspect k-packet-game deadlock databases.
+    #[command(subcommand)]
+    Deadlocks(cli::deadlocks::DeadlocksCommand),
 }
 
 fn main() -> ExitCode {
@@ -52,7 +58,9 @@ fn main() -> ExitCode {
         Command::Submit(a) => cli::cluster::run_submit(a),
         Command::Status(a) => cli::cluster::run_status(a),
         Command::Cancel(a) => cli::cluster::run_cancel(a),
-        Command::BenchCluster(a) => cli::bench::run(a),
+        Command::BenchCluster(a) => cli::bench_cluster::run(a),
+        Command::Deadlocks(c) => cli::deadlocks::run(c),
+        Command::Bench(c) => cli::bench::run(c),
     };
     match result {
         Ok(code) => code,

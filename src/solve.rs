@@ -67,9 +67,15 @@ pub struct SolveReport {
     pub states: u64,
     pub generated: u64,
     pub seconds: f64,
+    /// Of `seconds`, the time spent building k-PG tables.
+    pub kpg_seconds: f64,
     pub forward_layers: usize,
     pub backward_layers: usize,
     pub peak_memory_bytes: u64,
+    /// Bytes the visited sets hold in memory at the end (divide by `states` for
+    /// bytes per stored state).
+    pub store_bytes: u64,
+    pub disk_bytes: u64,
     pub key_width: KeyWidth,
     /// Why the level is unsolvable, when known without searching.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -119,9 +125,12 @@ fn solve_typed<K: StateKey>(
         states: 0,
         generated: 0,
         seconds: 0.0,
+        kpg_seconds: 0.0,
         forward_layers: 0,
         backward_layers: 0,
         peak_memory_bytes: 0,
+        store_bytes: 0,
+        disk_bytes: 0,
         key_width: board.keyspace.width,
         reason: board.unsolvable.clone(),
     };
@@ -165,4 +174,6 @@ fn fill_stats(report: &mut SolveReport, stats: &SearchStats) {
     report.forward_layers = stats.layers[0];
     report.backward_layers = stats.layers[1];
     report.peak_memory_bytes = stats.peak_memory_bytes;
+    report.store_bytes = stats.store_bytes;
+    report.disk_bytes = stats.disk_bytes;
 }

@@ -1,218 +1,126 @@
-//! `bench-cluster`: solves one level on local clusters of 1, 2 and 4 worker
-//! processes (plus a plain `solve` for reference) and prints, per cluster size,
-//! the total time, each worker's peak RSS (VmHWM, reported in heartbeats), and
-//! the bytes sent over the network per successor state exchanged.
+//! `bench`: reproducible measurements for the README. Each run is a child
+//! `sokoshard solve --json` process, so peak resident memory (VmHWM) is that run's
+//! own; results print as markdown tables.
 
-use super::{read_collection, Selection, EXIT_OK};
 use anyhow::{bail, Context, Result};
-use sokoshard::cluster::client::{Client, SubmitOptions};
-use sokoshard::cluster::net::NetConfig;
-use sokoshard::sys::human_bytes;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+#[derive(clap::Subcommand)]
+pub enum BenchCommand {
+    /// Engine throughput: generated states per second per thread, bytes per stored
+    /// state, peak memory, and the speed-up from 1 to 2 threads.
+    Engine(BenchArgs),
+    /// k-PG tables: stored states and total time (tables included) for k = 0..=K,
+    /// as ratios to k = 0.
+    Kpg(KpgArgs),
+}
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Collection file (XSB/SOK).
+    /// Collection file.
+    #[arg(long, default_value = "levels/Microban_155.xsb")]
     pub file: PathBuf,
+    /// Comma-separated 1-based level indices.
+    #[arg(long, default_value = "93,123,139,144,146")]
+    pub levels: String,
+}
+
+#[derive(clap::Args)]
+pub struct KpgArgs {
     #[command(flatten)]
-    pub select: Selection,
-    /// Cluster sizes to run, comma separated.
-    #[arg(long, default_value = "1,2,4")]
-    pub workers: String,
-    /// Number of state partitions.
-    #[arg(long, default_value_t = 64)]
-    pub partitions: u32,
-    /// Threads per worker (default: all cores; the workers share the machine).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Where the processes keep their data (default: a fresh temporary folder).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// One JSON object per row.
-    #[arg(long)]
-    pub json: bool,
+    pub common: BenchArgs,
+    /// Largest k.
+    #[arg(long, default_value_t = 3)]
+    pub max_k: usize,
 }
 
-/// Kills the processes it holds when dropped.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
+    match cmd {
+        BenchCommand::Engine(a) => engine(a),
+        BenchCommand::Kpg(a) => kpg(a),
     }
 }
 
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
+fn levels(s: &str) -> Result<Vec<usize>> {
+    s.split(',').map(|x| x.trim().parse::<usize>().with_context(|| format!("bad level index {x:?}"))).collect()
 }
 
-fn spawn(exe: &Path, args: &[String], log: &Path) -> Result<Child> {
-    let f = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    Command::new(exe)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(f)
-        .spawn()
-        .with_context(|| format!("starting {}", exe.display()))
-}
-
-struct Row {
-    workers: usize,
-    seconds: f64,
-    pushes: Option<usize>,
-    states: u64,
-    peak_rss: Vec<u64>,
-    keys_exchanged: u64,
-    bytes_exchanged: u64,
-}
-
-pub fn run(a: BenchArgs) -> Result<ExitCode> {
-    let all = read_collection(&a.file)?;
-    let picked = a.select.pick(&all, &a.file.display().to_string())?;
-    let [text] = picked.as_slice() else { bail!("bench-cluster takes exactly one level (--level N)") };
-    let level = text.parse()?;
-    let sizes: Vec<usize> = a
-        .workers
-        .split(',')
-        .map(|s| s.trim().parse::<usize>().with_context(|| format!("--workers {:?}", a.workers)))
-        .collect::<Result<_>>()?;
-    anyhow::ensure!(sizes.iter().all(|&n| n >= 1), "cluster sizes must be at least 1");
+fn solve_json(file: &PathBuf, level: usize, extra: &[&str]) -> Result<serde_json::Value> {
     let exe = std::env::current_exe().context("locating the sokoshard binary")?;
-    let tmp;
-    let base = match &a.dir {
-        Some(d) => d.clone(),
-        None => {
-            tmp = tempdir()?;
-            tmp.clone()
-        }
-    };
-    // reference: the same level solved in one process
-    let t0 = Instant::now();
-    let out = Command::new(&exe)
-        .args(["solve", &a.file.display().to_string(), "--level", &text.index.to_string(), "--json"])
-        .args(["--partitions", &a.partitions.to_string()])
+    let out = Command::new(exe)
+        .arg("solve")
+        .arg(file)
+        .args(["--level", &level.to_string(), "--json"])
+        .args(extra)
         .output()
-        .context("running solve")?;
-    let local_secs = t0.elapsed().as_secs_f64();
-    let local: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let token = format!("bench-{}", std::process::id());
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let mut rows = Vec::new();
-    for &n in &sizes {
-        let dir = base.join(format!("w{n}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        let caddr = format!("127.0.0.1:{}", free_port()?);
-        let mut procs = Procs(Vec::new());
-        let targs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        procs.0.push(spawn(
-            &exe,
-            &[
-                targs(&["coordinator", "--listen", &caddr, "--token", &token, "--min-workers", &n.to_string()]),
-                targs(&["--data-dir", &dir.join("coordinator").display().to_string()]),
-            ]
-            .concat(),
-            &dir.join("coordinator.log"),
-        )?);
-        for i in 0..n {
-            let waddr = format!("127.0.0.1:{}", free_port()?);
-            let mut args = targs(&["worker", "--join", &caddr, "--listen", &waddr, "--token", &token, "--mem", "8G"]);
-            args.extend(targs(&["--data-dir", &dir.join(format!("worker{i}")).display().to_string()]));
-            if let Some(t) = a.threads {
-                args.extend(targs(&["--threads", &t.to_string()]));
-            }
-            procs.0.push(spawn(&exe, &args, &dir.join(format!("worker{i}.log")))?);
-        }
-        let net = NetConfig::new(token.clone());
-        let row = rt.block_on(async {
-            let mut c = Client::new(&net, &caddr)?;
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                if let Ok(ws) = c.workers().await {
-                    if ws.iter().filter(|w| w.alive).count() >= n {
-                        break;
-                    }
-                }
-                if Instant::now() > deadline {
-                    bail!("the workers did not join within a minute (logs in {})", dir.display());
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            let started = Instant::now();
-            let opts = SubmitOptions { partitions: a.partitions, ..Default::default() };
-            let id = c.submit(&level.to_xsb(), &text.title, text.index as u32, &opts).await?;
-            let v = c.watch(id, Duration::from_secs(10), |_| {}).await?;
-            let seconds = started.elapsed().as_secs_f64();
-            let Some(r) = v.result.clone() else { bail!("job {} {}: {}", v.id, v.state, v.message) };
-            // one more heartbeat carries the workers' final peak RSS
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            let ws = c.workers().await?;
-            Ok(Row {
-                workers: n,
-                seconds,
-                pushes: r.pushes,
-                states: r.states,
-                peak_rss: ws.iter().map(|w| w.peak_rss_bytes).collect(),
-                keys_exchanged: v.keys_exchanged,
-                bytes_exchanged: v.bytes_exchanged,
-            })
-        })?;
-        drop(procs);
-        rows.push(row);
+        .context("running sokoshard solve")?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("level {level}: {}", String::from_utf8_lossy(&out.stderr)))?;
+    if v["status"] != "solved" {
+        bail!("level {level} {:?}: status {}", extra, v["status"]);
     }
-    if a.json {
-        println!(
-            "{}",
-            serde_json::json!({"workers": 0, "seconds": local_secs, "pushes": local["pushes"], "states": local["states"]})
-        );
-        for r in &rows {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "workers": r.workers, "seconds": r.seconds, "pushes": r.pushes, "states": r.states,
-                    "peak_rss_bytes": r.peak_rss, "keys_exchanged": r.keys_exchanged,
-                    "bytes_exchanged": r.bytes_exchanged,
-                    "bytes_per_state": if r.keys_exchanged > 0 { r.bytes_exchanged as f64 / r.keys_exchanged as f64 } else { 0.0 },
-                })
-            );
-        }
-        return Ok(ExitCode::from(EXIT_OK));
-    }
-    println!("level {} ({}), {} partitions", text.index, text.title, a.partitions);
-    println!();
-    println!("| workers | total time | pushes | states | peak RSS per worker | states exchanged | bytes per state exchanged |");
-    println!("|---|---|---|---|---|---|---|");
-    println!(
-        "| local `solve` | {:.2} s | {} | {} | - | - | - |",
-        local_secs,
-        local["pushes"],
-        local["states"]
-    );
-    for r in &rows {
-        let rss: Vec<String> = r.peak_rss.iter().map(|&b| human_bytes(b)).collect();
-        let per = if r.keys_exchanged > 0 { r.bytes_exchanged as f64 / r.keys_exchanged as f64 } else { 0.0 };
-        println!(
-            "| {} | {:.2} s | {} | {} | {} | {} | {:.2} |",
-            r.workers,
-            r.seconds,
-            r.pushes.map_or("-".to_string(), |p| p.to_string()),
-            r.states,
-            rss.join(", "),
-            r.keys_exchanged,
-            per
-        );
-    }
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(v)
 }
 
-fn tempdir() -> Result<PathBuf> {
-    let d = std::env::temp_dir().join(format!("sokoshard-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-    Ok(d)
+fn f(v: &serde_json::Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(0.0)
+}
+
+fn engine(args: BenchArgs) -> Result<ExitCode> {
+    println!("| level | pushes | stored states | generated | 1 thread (s) | 2 threads (s) | generated/s/thread (1 thr) | speed-up 1->2 | bytes/stored state | peak engine bytes/state | peak RSS (MiB) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let (mut sum1, mut sum2, mut gen, mut states, mut store) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for level in levels(&args.levels)? {
+        let one = solve_json(&args.file, level, &["--threads", "1"])?;
+        let two = solve_json(&args.file, level, &["--threads", "2"])?;
+        let (t1, t2) = (f(&one, "seconds"), f(&two, "seconds"));
+        let bytes = f(&one, "store_bytes") / f(&one, "states");
+        let peak = f(&one, "peak_memory_bytes") / f(&one, "states");
+        println!(
+            "| {level} | {} | {} | {} | {t1:.2} | {t2:.2} | {:.0} | {:.2}x | {bytes:.2} | {peak:.2} | {:.0} |",
+            one["pushes"],
+            one["states"],
+            one["generated"],
+            f(&one, "generated") / t1,
+            t1 / t2,
+            f(&one, "peak_rss_bytes") / 1048576.0
+        );
+        sum1 += t1;
+        sum2 += t2;
+        gen += f(&one, "generated");
+        states += f(&one, "states");
+        store += f(&one, "store_bytes");
+    }
+    println!(
+        "| all | | {states:.0} | {gen:.0} | {sum1:.2} | {sum2:.2} | {:.0} | {:.2}x | {:.2} | | |",
+        gen / sum1,
+        sum1 / sum2,
+        store / states
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn kpg(args: KpgArgs) -> Result<ExitCode> {
+    print!("| level | pushes | k=0 states | k=0 s |");
+    for k in 1..=args.max_k {
+        print!(" k={k} states (ratio) | k={k} s (ratio) |");
+    }
+    println!();
+    println!("|{}", "---|".repeat(4 + 2 * args.max_k));
+    for level in levels(&args.common.levels)? {
+        let base = solve_json(&args.common.file, level, &[])?;
+        let (s0, t0) = (f(&base, "states"), f(&base, "seconds"));
+        print!("| {level} | {} | {s0:.0} | {t0:.2} |", base["pushes"]);
+        for k in 1..=args.max_k {
+            let v = solve_json(&args.common.file, level, &["--kpg", &k.to_string()])?;
+            if v["pushes"] != base["pushes"] {
+                bail!("level {level}: k={k} gave {} pushes, k=0 gave {}", v["pushes"], base["pushes"]);
+            }
+            let (s, t) = (f(&v, "states"), f(&v, "seconds"));
+            print!(" {s:.0} ({:.2}) | {t:.2} ({:.2}) |", s / s0, t / t0);
+        }
+        println!();
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -2,6 +2,7 @@
 //! holds visited states behind the engine's `PartitionStore` seam.
 
 pub mod error;
+pub mod kdb;
 pub mod mem;
 pub mod shard;
 

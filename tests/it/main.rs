@@ -4,4 +4,5 @@ mod cli;
 mod cluster;
 mod common;
 mod engine;
+mod kpg;
 mod rules;

@@ -56,6 +56,9 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
         }
         .into(),
         reason: r.reason.clone(),
+        kpg_seconds: r.kpg_seconds,
+        store_bytes: r.store_bytes,
+        disk_bytes: r.disk_bytes,
     }
 }
 
@@ -119,6 +122,9 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
                 peak_memory_bytes: rec.peak_memory_bytes,
                 key_width: board.keyspace.width,
                 reason: None,
+                kpg_seconds: 0.0,
+                store_bytes: rec.memory_bytes,
+                disk_bytes: rec.disk_bytes,
             })
         }
         o => o,
@@ -180,9 +186,12 @@ fn run_typed<K: StateKey>(
         states: 0,
         generated: 0,
         seconds: 0.0,
+        kpg_seconds: 0.0,
         forward_layers: 0,
         backward_layers: 0,
         peak_memory_bytes: 0,
+        store_bytes: 0,
+        disk_bytes: 0,
         key_width: board.keyspace.width,
         reason: board.unsolvable.clone(),
     };
@@ -209,6 +218,8 @@ fn run_typed<K: StateKey>(
     report.forward_layers = rec.layers[0].len();
     report.backward_layers = rec.layers[1].len();
     report.peak_memory_bytes = rec.peak_memory_bytes;
+    report.store_bytes = rec.memory_bytes;
+    report.disk_bytes = rec.disk_bytes;
     match end {
         SearchEnd::Met { key, forward, backward } => {
             sh.update(id, true, |r| r.meeting = Some((keys_to_bytes(&[key]), forward, backward)))?;
