@@ -21,12 +21,6 @@ enum Command {
     Verify(cli::levels::VerifyArgs),
     /// Solve levels push-optimally on this machine.
     Solve(cli::solve::SolveArgs),
-    /// Measurements for the README (each run a child process).
-    #[command(subcommand)]
-    Bench(cli::bench::BenchCommand),
-    /// Build or inspect k-packet-game deadlock databases.
-    #[command(subcommand)]
-    Deadlocks(cli::deadlocks::DeadlocksCommand),
     /// Run a cluster coordinator: the job table, the layer barrier, the job log.
     Coordinator(cli::cluster::CoordinatorArgs),
     /// Run a cluster worker: holds partitions of a job's states.
@@ -42,6 +36,12 @@ enum Command {
     Health(cli::health::HealthArgs),
     /// Benchmark: one level on 1, 2 and 4 local worker processes.
     BenchCluster(cli::bench_cluster::BenchArgs),
+    /// Measurements for the README (each run a child process).
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
+    /// Build or inspect k-packet-game deadlock databases.
+    #[command(subcommand)]
+    Deadlocks(cli::deadlocks::DeadlocksCommand),
 }
 
 fn main() -> ExitCode {
@@ -56,8 +56,6 @@ fn main() -> ExitCode {
         Command::Levels(a) => cli::levels::run_levels(a),
         Command::Verify(a) => cli::levels::run_verify(a),
         Command::Solve(a) => cli::solve::run(a),
-        Command::Deadlocks(c) => cli::deadlocks::run(c),
-        Command::Bench(c) => cli::bench::run(c),
         Command::Coordinator(a) => cli::cluster::run_coordinator(a),
         Command::Worker(a) => cli::cluster::run_worker(a),
         Command::Submit(a) => cli::cluster::run_submit(a),
@@ -65,6 +63,8 @@ fn main() -> ExitCode {
         Command::Cancel(a) => cli::cluster::run_cancel(a),
         Command::Health(a) => cli::health::run(a),
         Command::BenchCluster(a) => cli::bench_cluster::run(a),
+        Command::Deadlocks(c) => cli::deadlocks::run(c),
+        Command::Bench(c) => cli::bench::run(c),
     };
     match result {
         Ok(code) => code,

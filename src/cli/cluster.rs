@@ -402,8 +402,8 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
         }
         println!("jobs ({}):", jobs.len());
         println!(
-            "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12} {:>9}  {}",
-            "id", "state", "level", "layer", "states", "states/s", "seconds", "note"
+            "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12} {:>9}  note",
+            "id", "state", "level", "layer", "states", "states/s", "seconds"
         );
         for j in &jobs {
             let note = match &j.result {

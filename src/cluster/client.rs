@@ -102,13 +102,12 @@ pub fn report_of(r: &SolveResult) -> SolveReport {
         states: r.states,
         generated: r.generated,
         seconds: r.seconds,
-        // not carried by the protocol (yet)
-        kpg_seconds: 0.0,
+        kpg_seconds: r.kpg_seconds,
+        store_bytes: r.store_bytes,
+        disk_bytes: r.disk_bytes,
         forward_layers: r.forward_layers as usize,
         backward_layers: r.backward_layers as usize,
         peak_memory_bytes: r.peak_memory_bytes,
-        store_bytes: 0,
-        disk_bytes: 0,
         key_width: match r.key_width.as_str() {
             "u128" => KeyWidth::U128,
             "bits256" => KeyWidth::Bits256,

@@ -27,7 +27,7 @@ pub fn keys_to_bytes<K: StateKey>(keys: &[K]) -> Vec<u8> {
 /// Inverse of [`keys_to_bytes`]; the length must be a whole number of keys.
 pub fn keys_from_bytes<K: StateKey>(bytes: &[u8]) -> Result<Vec<K>, ClusterError> {
     let w = K::LIMBS * 8;
-    if bytes.len() % w != 0 {
+    if !bytes.len().is_multiple_of(w) {
         return Err(ClusterError::InvalidArgument(format!(
             "{} key bytes are not a whole number of {}-byte {} keys",
             bytes.len(),

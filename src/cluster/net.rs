@@ -62,10 +62,9 @@ impl NetConfig {
     fn client_tls(&self) -> Result<Option<ClientTlsConfig>, ClusterError> {
         let Some(tls) = &self.tls else { return Ok(None) };
         let Some(ca) = &tls.ca else {
-            if tls.cert.is_some() {
+            if let Some(cert) = &tls.cert {
                 // a node serving TLS dials its peers with TLS: its own cert is the CA
                 // when the cluster shares one self-signed certificate
-                let cert = tls.cert.as_ref().expect("checked");
                 let mut cfg = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(Self::read(cert, "certificate")?));
                 if let Some(d) = &tls.domain {
                     cfg = cfg.domain_name(d.clone());

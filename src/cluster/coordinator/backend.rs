@@ -56,6 +56,9 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
         }
         .into(),
         reason: r.reason.clone(),
+        kpg_seconds: r.kpg_seconds,
+        store_bytes: r.store_bytes,
+        disk_bytes: r.disk_bytes,
     }
 }
 
@@ -114,14 +117,14 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
                 states: rec.stored,
                 generated: rec.generated,
                 seconds: 0.0,
-                kpg_seconds: 0.0,
                 forward_layers: rec.layers[0].len(),
                 backward_layers: rec.layers[1].len(),
                 peak_memory_bytes: rec.peak_memory_bytes,
-                store_bytes: 0,
-                disk_bytes: 0,
                 key_width: board.keyspace.width,
                 reason: None,
+                kpg_seconds: 0.0,
+                store_bytes: rec.memory_bytes,
+                disk_bytes: rec.disk_bytes,
             })
         }
         o => o,
@@ -146,7 +149,10 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
             });
             unload_all(sh, id, rt);
         }
-        Err(e) => fail(e.to_string()),
+        Err(e) => {
+            fail(e.to_string());
+            unload_all(sh, id, rt);
+        }
     }
 }
 
@@ -212,6 +218,8 @@ fn run_typed<K: StateKey>(
     report.forward_layers = rec.layers[0].len();
     report.backward_layers = rec.layers[1].len();
     report.peak_memory_bytes = rec.peak_memory_bytes;
+    report.store_bytes = rec.memory_bytes;
+    report.disk_bytes = rec.disk_bytes;
     match end {
         SearchEnd::Met { key, forward, backward } => {
             sh.update(id, true, |r| r.meeting = Some((keys_to_bytes(&[key]), forward, backward)))?;
@@ -491,7 +499,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     /// Drops a failed step on every node that answers.
     fn abort_all(&self) {
         let id = self.id;
-        let _ = self.rt.block_on(async {
+        self.rt.block_on(async {
             let mut hs = Vec::new();
             for addr in &self.addresses {
                 if let Ok(mut c) = self.sh.clients.get(addr) {

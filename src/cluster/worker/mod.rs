@@ -115,8 +115,14 @@ impl WorkerService {
     fn job(&self, id: u64) -> Result<Arc<dyn WorkerJob>, ClusterError> {
         match &*self.st.job.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(j) if j.id() == id => Ok(j.clone()),
-            Some(j) => Err(ClusterError::FailedPrecondition(format!("job {id} is not loaded (job {} is)", j.id()))),
-            None => Err(ClusterError::FailedPrecondition(format!("job {id} is not loaded"))),
+            // a worker that does not hold the job has restarted or was never told:
+            // the coordinator pauses and reloads, as for a lost worker
+            Some(j) => Err(ClusterError::Unavailable(format!(
+                "worker {} does not hold job {id} (it holds job {})",
+                self.st.node_id,
+                j.id()
+            ))),
+            None => Err(ClusterError::Unavailable(format!("worker {} does not hold job {id}", self.st.node_id))),
         }
     }
 
