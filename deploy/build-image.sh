@@ -58,7 +58,7 @@ printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
 chmod 1777 "$ctx/tmp"
 
 cp deploy/Dockerfile "$ctx/Dockerfile"
-echo "+ docker build -t $tag (context: $(du -sh "$ctx" | cut -f1), libraries: $(echo $libs | wc -w))" >&2
+echo "+ docker build -t $tag (context: $(du -sh "$ctx" | cut -f1), libraries: $(echo "$libs" | wc -w))" >&2
 # the legacy builder's deprecation notice is noise; show the log only on failure
 if ! docker build -t "$tag" "$ctx" >"$log" 2>&1; then
   cat "$log" >&2
