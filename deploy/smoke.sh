@@ -4,8 +4,7 @@
 # submits a Microban level, kills one worker container mid-job and starts it
 # again on the same volume, checks that the job still finishes with the push
 # count of the local solve (and of tests/data when it lists the level), and
-# tears everything down:
-# containers, network, volumes and the image.
+# tears everything down: containers, network, volumes and the image.
 #
 #   deploy/smoke.sh
 #
@@ -47,6 +46,32 @@ run_id="$(date +%s)-$$"
 project="sokoshard-smoke-$run_id"
 tag="sokoshard:smoke-$run_id"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sokoshard-smoke.XXXXXX")
+submit_pid=
+up=0
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$submit_pid" ]; then kill "$submit_pid" 2>/dev/null; wait "$submit_pid" 2>/dev/null; fi
+  if [ "$rc" != 0 ] && [ "$up" = 1 ]; then
+    say "logs of the cluster (last 40 lines each):"
+    dc logs --no-color --tail 40 >&2
+    [ -s "$tmp/submit.err" ] && { say "submit's stderr:"; tail -20 "$tmp/submit.err" >&2; }
+  fi
+  if [ "${SMOKE_KEEP:-}" = 1 ]; then
+    say "SMOKE_KEEP=1: left up; tear down with:"
+    say "  ${compose[*]} -p $project ${files[*]} down -v; docker rmi $tag; rm -rf $tmp"
+  else
+    if [ "$up" = 1 ]; then
+      dc down --volumes --remove-orphans --timeout 5 >"$tmp/down.log" 2>&1 || cat "$tmp/down.log" >&2
+    fi
+    docker image rm "$tag" >/dev/null 2>&1
+    rm -rf "$tmp"
+  fi
+  if [ "$rc" = 0 ]; then say "PASS (${SECONDS}s)"; else say "FAILED (exit $rc)"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 files=(-f deploy/docker-compose.yml)
 [ "$tls" = 1 ] && files+=(-f deploy/docker-compose.tls.yml)
 dc() { "${compose[@]}" -p "$project" "${files[@]}" "$@"; }
@@ -69,30 +94,6 @@ if [ "$tls" = 1 ]; then
   export SOKOSHARD_TLS_DIR=$tmp/tls
   client=(--tls-ca "$tmp/tls/tls.crt" --tls-domain sokoshard)
 fi
-
-submit_pid=
-cleanup() {
-  local rc=$?
-  set +e
-  if [ -n "$submit_pid" ]; then kill "$submit_pid" 2>/dev/null; wait "$submit_pid" 2>/dev/null; fi
-  if [ "$rc" != 0 ]; then
-    say "logs of the cluster (last 40 lines each):"
-    dc logs --no-color --tail 40 >&2
-    [ -s "$tmp/submit.err" ] && { say "submit's stderr:"; tail -20 "$tmp/submit.err" >&2; }
-  fi
-  if [ "${SMOKE_KEEP:-}" = 1 ]; then
-    say "SMOKE_KEEP=1: left up; tear down with:"
-    say "  ${compose[*]} -p $project ${files[*]} down -v; docker rmi $tag; rm -rf $tmp"
-  else
-    dc down --volumes --remove-orphans --timeout 5 >"$tmp/down.log" 2>&1 || cat "$tmp/down.log" >&2
-    docker image rm "$tag" >/dev/null 2>&1
-    rm -rf "$tmp"
-  fi
-  if [ "$rc" = 0 ]; then say "PASS (${SECONDS}s)"; else say "FAILED (exit $rc)"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # waits until the command succeeds: wait_for SECONDS WHAT COMMAND...
 wait_for() {
@@ -126,6 +127,7 @@ else
 fi
 
 # ------------------------------------------------------------------ up
+up=1
 say "bringing up the cluster (project $project$([ "$tls" = 1 ] && echo ", TLS"))"
 dc up -d >"$tmp/up.log" 2>&1 || { cat "$tmp/up.log" >&2; die "compose up failed"; }
 
