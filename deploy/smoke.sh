@@ -116,7 +116,7 @@ say "building the image $tag (FROM scratch, nothing pulled)"
 SOKOSHARD_BINARY=$bin deploy/build-image.sh "$tag"
 
 say "local solve of Microban I #$level for reference"
-reference=$("$bin" solve "$collection" --level "$level" --json | jq -r '.pushes')
+reference=$("$bin" solve "$collection" --level "$level" --json | jq -r '.pushes') || die "the local solve of level $level failed"
 [[ "$reference" =~ ^[0-9]+$ ]] || die "the local solve found no solution"
 expected=$(awk -F'\t' -v l="$level" '$1 == l { print $2 }' "$truth")
 if [ -n "$expected" ]; then
