@@ -299,6 +299,24 @@ fn a_killed_worker_comes_back_and_the_job_finishes_with_the_same_answer() {
 }
 
 #[test]
+fn a_worker_back_without_its_data_fails_the_job_plainly() {
+    let mut c = Cluster::start(&["--min-workers", "2", "--layer-delay-ms", "250", "--heartbeat-timeout", "1.5"], &[]);
+    c.start_worker(0);
+    c.start_worker(1);
+    c.wait_workers(2);
+    let id = submit_detached(&c, "3");
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 4 && job(&st, id)["state"] == "running");
+    c.workers[1].kill();
+    // the same node (its node-id file stays) but its checkpoints are gone
+    std::fs::remove_dir_all(c.worker_dir(1).join("jobs")).unwrap();
+    c.start_worker(1);
+    let st = c.wait_for("the job to fail", 60, |st| job(st, id)["state"] == "failed");
+    let msg = job(&st, id)["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("the data is gone"), "{msg}");
+    assert!(job(&st, id)["result"].is_null(), "a failed job has no answer: {st}");
+}
+
+#[test]
 fn a_restarted_coordinator_resumes_its_job_from_the_log() {
     let mut c = Cluster::start(&["--min-workers", "3", "--layer-delay-ms", "250"], &[]);
     for i in 0..3 {
