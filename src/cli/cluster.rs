@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 pub struct NetArgs {
     /// Cluster token carried by every RPC (all nodes and clients share it).
     #[arg(long, env = "SOKOSHARD_TOKEN", hide_env_values = true)]
-    pub token: String,
+    pub token: Option<String>,
     /// TLS certificate (PEM) this node serves; with --tls-key turns TLS on.
     #[arg(long)]
     pub tls_cert: Option<PathBuf>,
@@ -42,13 +42,14 @@ pub struct NetArgs {
 }
 
 impl NetArgs {
-    pub(crate) fn config(&self) -> Result<NetConfig> {
-        anyhow::ensure!(!self.token.is_empty(), "the cluster token must not be empty");
+    pub fn config(&self) -> Result<NetConfig> {
+        let token = self.token.clone().unwrap_or_default();
+        anyhow::ensure!(!token.is_empty(), "a cluster command needs the cluster token: --token or SOKOSHARD_TOKEN");
         anyhow::ensure!(
             self.tls_cert.is_some() == self.tls_key.is_some(),
             "--tls-cert and --tls-key go together"
         );
-        let mut net = NetConfig::new(self.token.clone());
+        let mut net = NetConfig::new(token);
         if self.tls_cert.is_some() || self.tls_ca.is_some() {
             net.tls = Some(TlsFiles {
                 cert: self.tls_cert.clone(),
@@ -172,7 +173,7 @@ pub struct CancelArgs {
     pub net: NetArgs,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
 }
 

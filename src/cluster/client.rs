@@ -5,6 +5,7 @@
 use super::net::{CoordinatorRpc, NetConfig};
 use super::proto::*;
 use super::{ClusterError, PROTOCOL_VERSION};
+use crate::engine::kpg::KStats;
 use crate::model::key::KeyWidth;
 use crate::solve::{SolveReport, Status};
 use serde::Serialize;
@@ -220,6 +221,51 @@ impl Client {
             tracing::info!(coordinator = %self.addr, error = %err.message(), "coordinator unreachable, watching again");
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+    }
+
+    /// Builds k-PG tables for k = 1..=`k` on the cluster: submits a DEADLOCKS
+    /// job, follows it, and returns the .kdb database with what each k cost.
+    pub async fn build_tables(
+        &mut self,
+        level_text: &str,
+        title: &str,
+        index: u32,
+        k: u32,
+        partitions: u32,
+        on_update: impl FnMut(&JobView),
+    ) -> Result<(Vec<u8>, Vec<KStats>), ClusterError> {
+        let req = SubmitRequest {
+            protocol_version: PROTOCOL_VERSION,
+            kind: JobKind::Deadlocks as i32,
+            level_text: level_text.to_string(),
+            title: title.to_string(),
+            index,
+            options: Some(JobOptions { partitions, kpg: k, ..Default::default() }),
+        };
+        let id = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?.into_inner().job_id;
+        let v = self.watch(id, Duration::from_secs(300), on_update).await?;
+        if v.state != "finished" {
+            return Err(ClusterError::FailedPrecondition(format!("job {id} {}: {}", v.state, v.message)));
+        }
+        let r = self
+            .rpc
+            .fetch_tables(FetchTablesRequest { job_id: id })
+            .await
+            .map_err(|s| status_err("fetching the tables", &self.addr, s))?
+            .into_inner();
+        let stats = r
+            .stats
+            .iter()
+            .map(|s| KStats {
+                k: s.k as usize,
+                forward_states: s.forward_states,
+                backward_states: s.backward_states,
+                forward_patterns: s.forward_patterns as usize,
+                backward_patterns: s.backward_patterns as usize,
+                seconds: s.seconds,
+            })
+            .collect();
+        Ok((r.kdb, stats))
     }
 
     pub async fn cancel(&mut self, id: u64) -> Result<String, ClusterError> {

@@ -299,6 +299,24 @@ fn a_killed_worker_comes_back_and_the_job_finishes_with_the_same_answer() {
 }
 
 #[test]
+fn a_worker_back_without_its_data_fails_the_job_plainly() {
+    let mut c = Cluster::start(&["--min-workers", "2", "--layer-delay-ms", "250", "--heartbeat-timeout", "1.5"], &[]);
+    c.start_worker(0);
+    c.start_worker(1);
+    c.wait_workers(2);
+    let id = submit_detached(&c, "3");
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 4 && job(&st, id)["state"] == "running");
+    c.workers[1].kill();
+    // the same node (its node-id file stays) but its checkpoints are gone
+    std::fs::remove_dir_all(c.worker_dir(1).join("jobs")).unwrap();
+    c.start_worker(1);
+    let st = c.wait_for("the job to fail", 60, |st| job(st, id)["state"] == "failed");
+    let msg = job(&st, id)["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("the data is gone"), "{msg}");
+    assert!(job(&st, id)["result"].is_null(), "a failed job has no answer: {st}");
+}
+
+#[test]
 fn a_restarted_coordinator_resumes_its_job_from_the_log() {
     let mut c = Cluster::start(&["--min-workers", "3", "--layer-delay-ms", "250"], &[]);
     for i in 0..3 {
@@ -510,4 +528,41 @@ fn tls_cluster_solves_and_plain_clients_are_turned_away() {
         let mut co = net.coordinator_client(&addr).unwrap();
         co.list_workers(ListWorkersRequest {}).await.unwrap();
     });
+}
+
+#[test]
+fn k_pg_tables_built_on_the_cluster_match_local_ones_and_jobs_use_them() {
+    let mut c = Cluster::start(&["--min-workers", "2"], &[]);
+    c.start_worker(0);
+    c.start_worker(1);
+    c.wait_workers(2);
+    let file = repo(MICROBAN);
+    let local_db = c.dir.path().join("local.kdb");
+    let cluster_db = c.dir.path().join("cluster.kdb");
+    let o = Command::new(BIN)
+        .args(["deadlocks", "build", file.to_str().unwrap(), "--level", "10", "--k", "2", "-o", local_db.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = c.cli(&["deadlocks", "build", file.to_str().unwrap(), "--level", "10", "--k", "2", "-o", cluster_db.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    // the same k-games played by the same engine: the same database, byte for byte
+    assert_eq!(std::fs::read(&local_db).unwrap(), std::fs::read(&cluster_db).unwrap());
+    // a job that uses k-PG tables finds what local mode finds with them
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--levels", "10-12", "--kpg", "2", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let got: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let o = Command::new(BIN).args(["solve", file.to_str().unwrap(), "--levels", "10-12", "--kpg", "2", "--json"]).output().unwrap();
+    let local: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(got.len(), 3);
+    for (g, l) in got.iter().zip(&local) {
+        let level = g["level"].as_u64().unwrap() as usize;
+        assert_eq!(g["pushes"], l["pushes"], "level {level}");
+        assert_eq!(g["states"], l["states"], "level {level}: the tables prune the same states");
+        assert_eq!(g["solution"], l["solution"], "level {level}");
+        assert!(g["kpg_seconds"].as_f64().unwrap() > 0.0, "{g}");
+        check_solution(level, g["solution"].as_str().unwrap(), g["pushes"].as_u64().unwrap());
+    }
 }

@@ -18,7 +18,11 @@ use super::super::{side_to, ClusterError, PROTOCOL_VERSION};
 use super::{JobRecord, Shared};
 use crate::engine::partition::Partitioner;
 use crate::engine::path::{rebuild, LayerLookup};
-use crate::engine::search::{bidirectional, LayerBackend, LayerEvent, Limits, Progress, SearchEnd, StepOutcome};
+use crate::engine::kpg::{build_tables_with, DeadlockTables, MAX_K};
+use crate::engine::search::{
+    bidirectional, exhaust, LayerBackend, LayerEvent, Limits, NoProgress, Progress, SearchEnd, StepOutcome,
+};
+use crate::storage::kdb;
 use crate::engine::{EngineError, Problem, Side};
 use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
@@ -96,12 +100,49 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         });
     }
     let started = Instant::now();
+    // k-PG tables first, when the job builds or uses them
+    let mut tables = Arc::new(Vec::new());
+    let mut kpg_seconds = 0.0;
+    if rec.options.kpg > 0 && board.unsolvable.is_none() {
+        match tables_for(sh, id, rt, &board, &stop) {
+            Ok(Some((t, secs))) => {
+                tables = Arc::new(t);
+                kpg_seconds = secs;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                done.store(true, Ordering::SeqCst);
+                sh.set_running(id, false);
+                fail(e.to_string());
+                return unload_all(sh, id, rt);
+            }
+        }
+    }
+    if rec.kind == JobKind::Deadlocks as i32 {
+        done.store(true, Ordering::SeqCst);
+        sh.set_running(id, false);
+        let stopped = stop.load(Ordering::SeqCst);
+        let (state, msg) = match (cancelled.load(Ordering::SeqCst), stopped) {
+            (true, _) => (JobState::Cancelled, "cancelled".to_string()),
+            (false, true) => (JobState::Failed, "stopped by its timeout before the tables were complete".to_string()),
+            (false, false) => (JobState::Finished, format!("k-PG tables built for k = 1..{}", rec.options.kpg)),
+        };
+        let _ = sh.update(id, true, |r| {
+            r.state = state as i32;
+            r.message = msg;
+        });
+        return unload_all(sh, id, rt);
+    }
     let out = match board.keyspace.width {
-        KeyWidth::U64 => run_typed::<u64>(sh, id, rt, board.clone(), &stop),
-        KeyWidth::U128 => run_typed::<u128>(sh, id, rt, board.clone(), &stop),
-        KeyWidth::Bits256 => run_typed::<BitKey<4>>(sh, id, rt, board.clone(), &stop),
-        KeyWidth::Bits1024 => run_typed::<BitKey<16>>(sh, id, rt, board.clone(), &stop),
+        KeyWidth::U64 => run_typed::<u64>(sh, id, rt, board.clone(), &stop, &tables),
+        KeyWidth::U128 => run_typed::<u128>(sh, id, rt, board.clone(), &stop, &tables),
+        KeyWidth::Bits256 => run_typed::<BitKey<4>>(sh, id, rt, board.clone(), &stop, &tables),
+        KeyWidth::Bits1024 => run_typed::<BitKey<16>>(sh, id, rt, board.clone(), &stop, &tables),
     };
+    let out = out.map(|mut r| {
+        r.kpg_seconds = kpg_seconds;
+        r
+    });
     done.store(true, Ordering::SeqCst);
     sh.set_running(id, false);
     let user_cancel = cancelled.load(Ordering::SeqCst);
@@ -170,12 +211,111 @@ fn unload_all(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     }
 }
 
+/// Where a job's k-PG database lives in the coordinator's data dir.
+pub fn tables_path(sh: &Shared, id: u64) -> std::path::PathBuf {
+    sh.cfg.data_dir.join("tables").join(format!("{id}.kdb"))
+}
+
+/// What building each k cost, kept next to the database.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct KStatRecord {
+    pub k: usize,
+    pub forward_states: u64,
+    pub backward_states: u64,
+    pub forward_patterns: usize,
+    pub backward_patterns: usize,
+    pub seconds: f64,
+}
+
+const STATS_MAGIC: &[u8; 8] = b"SKKSTATS";
+
+/// Reads the k-PG statistics of job `id`, if its tables were built.
+pub fn read_kpg_stats(sh: &Shared, id: u64) -> Result<Option<Vec<KStatRecord>>, ClusterError> {
+    super::super::persist::read(&tables_path(sh, id).with_extension("stats"), STATS_MAGIC, 1)
+}
+
+/// The job's k-PG tables as a .kdb database: the saved one after a coordinator
+/// restart, or built now by playing every k-game on the cluster (the same
+/// `exhaust` loop, over the workers). `None` when stopped part way.
+fn tables_for(
+    sh: &Arc<Shared>,
+    id: u64,
+    rt: &Handle,
+    board: &Arc<Board>,
+    stop: &AtomicBool,
+) -> Result<Option<(Vec<u8>, f64)>, ClusterError> {
+    let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
+    let path = tables_path(sh, id);
+    if let Ok(bytes) = std::fs::read(&path) {
+        if let Ok(f) = kdb::decode(&path, &bytes) {
+            if f.fingerprint == board.fingerprint() {
+                tracing::info!(job = id, "k-pg tables reused from the data dir");
+                return Ok(Some((bytes, rec.kpg_seconds)));
+            }
+        }
+    }
+    let started = Instant::now();
+    let max_k = (rec.options.kpg as usize).min(MAX_K);
+    let mut failure: Option<ClusterError> = None;
+    let mut explore = |problem: &Problem<u64>, tables: &DeadlockTables, side: Side, seeds: &[u64]| {
+        let k = problem.space.boxes;
+        let bytes = if tables.tables.is_empty() { Vec::new() } else { kdb::encode(tables, &rec.level_text) };
+        let phase = Phase { name: format!("k{k}-{}", side.name()), boxes: k as u32, tables: Arc::new(bytes) };
+        tracing::info!(job = id, k, side = side.name(), "k-game on the cluster");
+        let r = (|| -> Result<Option<Vec<u64>>, ClusterError> {
+            let mut b = ClusterBackend::<u64>::new(sh.clone(), id, rt.clone(), stop, phase)?;
+            let limits = Limits { cancel: stop, max_states: None };
+            let end = exhaust(&mut b, side, seeds, &limits, &NoProgress).map_err(|e| b.take_error(e))?.0;
+            if matches!(end, SearchEnd::Cancelled) {
+                return Ok(None);
+            }
+            b.collect(side)
+        })();
+        r.map_err(|e| {
+            let msg = e.to_string();
+            failure = Some(e);
+            EngineError::Internal(msg)
+        })
+    };
+    let built = build_tables_with(board.clone(), max_k, &NoProgress, &mut explore);
+    let (tables, stats) = match built {
+        Ok(t) => t,
+        Err(e) => return Err(failure.unwrap_or(ClusterError::Engine(e))),
+    };
+    if stop.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let bytes = kdb::encode(&tables, &rec.level_text);
+    let dir = path.parent().expect("tables dir");
+    std::fs::create_dir_all(dir).map_err(|e| ClusterError::io(format!("creating {}", dir.display()), e))?;
+    let records: Vec<KStatRecord> = stats
+        .iter()
+        .map(|s| KStatRecord {
+            k: s.k,
+            forward_states: s.forward_states,
+            backward_states: s.backward_states,
+            forward_patterns: s.forward_patterns,
+            backward_patterns: s.backward_patterns,
+            seconds: s.seconds,
+        })
+        .collect();
+    super::super::persist::write(&path.with_extension("stats"), STATS_MAGIC, 1, &records)?;
+    let tmp = path.with_extension("kdb.tmp");
+    std::fs::write(&tmp, &bytes).map_err(|e| ClusterError::io(format!("writing {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| ClusterError::io(format!("writing {}", path.display()), e))?;
+    sh.update(id, true, |r| r.kpg_seconds = secs)?;
+    tracing::info!(job = id, k = max_k, bytes = bytes.len(), seconds = secs, "k-pg tables built on the cluster");
+    Ok(Some((bytes, secs)))
+}
+
 fn run_typed<K: StateKey>(
     sh: &Arc<Shared>,
     id: u64,
     rt: &Handle,
     board: Arc<Board>,
     stop: &AtomicBool,
+    tables: &Arc<Vec<u8>>,
 ) -> Result<SolveReport, ClusterError> {
     let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
     let mut report = SolveReport {
@@ -200,7 +340,7 @@ fn run_typed<K: StateKey>(
     }
     let no_freeze = rec.options.no_freeze;
     let problem = Problem::<K>::full(board.clone(), Pruning { dead_squares: true, freeze: !no_freeze }, None);
-    let mut backend = ClusterBackend::<K>::new(sh.clone(), id, rt.clone(), stop)?;
+    let mut backend = ClusterBackend::<K>::new(sh.clone(), id, rt.clone(), stop, Phase::main(tables.clone()))?;
     let end = if let Some((key, forward, backward)) = &rec.meeting {
         // the sides met before a coordinator restart: only the path is left to do
         let k = keys_from_bytes::<K>(key)?;
@@ -255,9 +395,30 @@ impl Progress for JobProgress {
     }
 }
 
+/// Which search of a job a backend runs: the level itself ("main", its layers
+/// recorded in the job log) or one side of a k-game of the k-PG tables.
+#[derive(Clone)]
+pub struct Phase {
+    pub name: String,
+    /// Boxes of a k-game; 0 for the level.
+    pub boxes: u32,
+    /// The k-PG tables the search checks, as a .kdb database (empty: none).
+    pub tables: Arc<Vec<u8>>,
+}
+
+impl Phase {
+    pub fn main(tables: Arc<Vec<u8>>) -> Phase {
+        Phase { name: "main".into(), boxes: 0, tables }
+    }
+    fn is_main(&self) -> bool {
+        self.name == "main"
+    }
+}
+
 /// The cluster behind the engine's [`LayerBackend`] seam.
 pub struct ClusterBackend<'a, K: StateKey> {
     sh: Arc<Shared>,
+    phase: Phase,
     id: u64,
     rt: Handle,
     stop: &'a AtomicBool,
@@ -279,11 +440,13 @@ pub struct ClusterBackend<'a, K: StateKey> {
 }
 
 impl<'a, K: StateKey> ClusterBackend<'a, K> {
-    fn new(sh: Arc<Shared>, id: u64, rt: Handle, stop: &'a AtomicBool) -> Result<Self, ClusterError> {
+    fn new(sh: Arc<Shared>, id: u64, rt: Handle, stop: &'a AtomicBool, phase: Phase) -> Result<Self, ClusterError> {
         let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
         let partitioner = Partitioner::new(rec.options.partitions as usize);
+        let layers = if phase.is_main() { rec.layers.clone() } else { [Vec::new(), Vec::new()] };
         let mut b = ClusterBackend {
             sh,
+            phase,
             id,
             rt,
             stop,
@@ -292,7 +455,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             owners: rec.owners.clone(),
             addresses: Vec::new(),
             loaded: Vec::new(),
-            layers: rec.layers.clone(),
+            layers,
             step_id: 0,
             error: None,
             paused: false,
@@ -408,7 +571,9 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     table: Some(table.clone()),
                     forward_layers: want[0],
                     backward_layers: want[1],
-                    boxes: 0,
+                    boxes: self.phase.boxes,
+                    kpg_tables: self.phase.tables.to_vec(),
+                    phase: self.phase.name.clone(),
                 };
                 let mut c = c;
                 async move { c.load(req).await }
@@ -487,6 +652,33 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 r = collect => r,
                 e = guard => Err(e),
             }
+        })
+    }
+
+    /// Every key the workers stored on `side` in this phase, sorted (k-PG).
+    fn collect(&mut self, side: Side) -> Result<Option<Vec<u64>>, ClusterError> {
+        let job_id = self.id;
+        let s = side_to(side);
+        self.retrying("collecting k-game states", |b| {
+            let mut all: Vec<u64> = Vec::new();
+            for addr in b.addresses.clone() {
+                let mut c = b.sh.clients.get(&addr)?;
+                let part = b.rt.block_on(async {
+                    let mut stream = c
+                        .kpg_collect(KpgCollectRequest { job_id, side: s })
+                        .await
+                        .map_err(|st| rpc_err("collecting k-game states", &addr, st))?
+                        .into_inner();
+                    let mut keys = Vec::new();
+                    while let Some(m) = stream.message().await.map_err(|st| rpc_err("collecting k-game states", &addr, st))? {
+                        keys.extend(keys_from_bytes::<u64>(&m.keys)?);
+                    }
+                    Ok::<_, ClusterError>(keys)
+                })?;
+                all.extend(part);
+            }
+            all.sort_unstable();
+            Ok(all)
         })
     }
 
@@ -611,6 +803,9 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
             // resumed from the job log: the side's layers are on the workers
             return Ok(self.layers[side.index()].iter().sum());
         }
+        if !self.phase.is_main() {
+            self.set_message(JobState::Running, format!("building k-PG tables: {} layer 0", self.phase.name));
+        }
         let mut per_node: Vec<Vec<K>> = vec![Vec::new(); self.nodes.len()];
         for k in keys {
             per_node[self.owners[self.partitioner.of(k)] as usize].push(*k);
@@ -631,6 +826,9 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
             Err(e) => return Err(self.engine_err(e)),
         };
         self.layers[side.index()].push(n);
+        if !self.phase.is_main() {
+            return Ok(n);
+        }
         let layers = self.layers.clone();
         let r = self.sh.update(self.id, true, |r| {
             r.layers = layers;
@@ -657,6 +855,15 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
             Err(e) => return Err(self.engine_err(e)),
         };
         self.layers[side.index()].push(out.new_states);
+        if !self.phase.is_main() {
+            let msg = format!("building k-PG tables: {} layer {}", self.phase.name, self.layers[side.index()].len() - 1);
+            self.set_message(JobState::Running, msg);
+            let _ = self.sh.update(self.id, false, |r| {
+                r.keys_exchanged += keys;
+                r.bytes_exchanged += bytes;
+            });
+            return Ok(Some(out));
+        }
         let layers = self.layers.clone();
         let (layer, other) = (self.layers[side.index()].len() - 1, self.layers[side.other().index()].len() - 1);
         let meeting = out.meeting.map(|(k, l)| {

@@ -77,6 +77,9 @@ pub struct JobRecord {
     pub result: Option<SolveResult>,
     /// Running time before the current run (across coordinator restarts).
     pub seconds: f64,
+    /// Time spent building k-PG tables.
+    #[serde(default)]
+    pub kpg_seconds: f64,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Default)]
@@ -393,10 +396,11 @@ impl Coordinator for CoordinatorService {
         if !(options.timeout >= 0.0 && options.timeout.is_finite()) {
             return Err(ClusterError::InvalidArgument("the timeout must be a non-negative number of seconds".into()).into());
         }
-        if kind == JobKind::Deadlocks || options.kpg > 0 {
-            return Err(ClusterError::FailedPrecondition(
-                "k-PG deadlock tables are not available in this build yet (the engine's k-PG module has not landed); submit without --kpg".into(),
-            )
+        if options.kpg as usize > crate::engine::kpg::MAX_K || (kind == JobKind::Deadlocks && options.kpg == 0) {
+            return Err(ClusterError::InvalidArgument(format!(
+                "k-PG tables are built for k = 1 to {}",
+                crate::engine::kpg::MAX_K
+            ))
             .into());
         }
         let id = {
@@ -429,6 +433,7 @@ impl Coordinator for CoordinatorService {
             meeting: None,
             result: None,
             seconds: 0.0,
+            kpg_seconds: 0.0,
         };
         let entry = JobEntry {
             stop: Arc::new(AtomicBool::new(false)),
@@ -497,6 +502,32 @@ impl Coordinator for CoordinatorService {
     async fn list_jobs(&self, _req: Request<ListJobsRequest>) -> R<ListJobsReply> {
         let jobs = self.sh.lock_jobs().values().map(Shared::status_of).collect();
         Ok(Response::new(ListJobsReply { jobs }))
+    }
+
+    async fn fetch_tables(&self, req: Request<FetchTablesRequest>) -> R<FetchTablesReply> {
+        let id = req.get_ref().job_id;
+        let path = backend::tables_path(&self.sh, id);
+        let p = path.clone();
+        let kdb = match super::run_cpu(move || std::fs::read(&p)).await? {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ClusterError::NotFound(format!("job {id} has no k-PG tables (yet)")).into())
+            }
+            Err(e) => return Err(ClusterError::io(format!("reading {}", path.display()), e).into()),
+        };
+        let stats = backend::read_kpg_stats(&self.sh, id)?
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| KpgStat {
+                k: s.k as u32,
+                forward_states: s.forward_states,
+                backward_states: s.backward_states,
+                forward_patterns: s.forward_patterns as u64,
+                backward_patterns: s.backward_patterns as u64,
+                seconds: s.seconds,
+            })
+            .collect();
+        Ok(Response::new(FetchTablesReply { kdb, stats }))
     }
 
     async fn list_workers(&self, _req: Request<ListWorkersRequest>) -> R<ListWorkersReply> {

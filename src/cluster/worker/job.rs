@@ -10,13 +10,14 @@ use super::super::proto::{ExpandReply, KeyBatch, MergeReply, SealReply};
 use super::super::{persist, ClusterError};
 use crate::engine::layer::{expand, merge};
 use crate::engine::partition::{Exchange, LocalExchange, PartitionStore, Partitioner, StoreBytes};
-use crate::engine::{Problem, Side};
+use crate::engine::kpg::DeadlockTables;
+use crate::engine::{PatternCheck, Problem, Side};
 use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
 use crate::storage::mem::MemStore;
-use crate::storage::{ShardMeta, ShardReader, ShardWriter, StorageError};
+use crate::storage::{kdb, ShardMeta, ShardReader, ShardWriter, StorageError};
 use prost::Message;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -47,8 +48,14 @@ pub struct JobSpec {
     pub node_id: String,
     /// Completed layers to keep (restored from the checkpoint).
     pub want: [usize; 2],
-    /// The data dir's folder for this job.
+    /// The data dir's folder for this job and phase.
     pub dir: PathBuf,
+    /// Which search of the job ("main" or a k-game).
+    pub phase: String,
+    /// Boxes of a k-game; 0 for the level itself.
+    pub boxes: usize,
+    /// k-PG tables the search checks (a .kdb database), if any.
+    pub kpg: Vec<u8>,
 }
 
 /// The durable record of which layers a worker holds for a job.
@@ -81,6 +88,7 @@ struct SendCounters {
 /// The key-free face of a job.
 pub trait WorkerJob: Send + Sync {
     fn id(&self) -> u64;
+    fn phase(&self) -> &str;
     fn limbs(&self) -> u32;
     fn layers(&self) -> [usize; 2];
     fn table(&self) -> Table;
@@ -107,8 +115,9 @@ pub trait WorkerJob: Send + Sync {
     /// Drops the partial layer and buffered successors; stops a running expand.
     fn abort(&self);
     fn lookup(&self, side: Side, layer: usize, keys: &[u8]) -> Result<Vec<bool>, ClusterError>;
-    /// Every stored key of `side` this worker holds (k-PG table work).
-    fn collect(&self, side: Side) -> Result<Vec<u8>, ClusterError>;
+    /// Every stored key of `side` this worker holds (k-PG table work), as
+    /// chunks of key bytes of at most `chunk` keys.
+    fn collect(&self, side: Side, chunk: usize) -> Result<Vec<Vec<u8>>, ClusterError>;
 }
 
 /// Opens (or creates) the job described by `spec`, restoring `spec.want` layers
@@ -116,11 +125,28 @@ pub trait WorkerJob: Send + Sync {
 pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
     let level = parse_one(&spec.level_text, "job").map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
     let board = Arc::new(Board::new(&level).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?);
+    let patterns: Option<Arc<dyn PatternCheck>> = if spec.kpg.is_empty() {
+        None
+    } else {
+        let file = kdb::decode(Path::new("<job tables>"), &spec.kpg).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
+        if file.fingerprint != board.fingerprint() || file.floor != board.floor_count() {
+            return Err(ClusterError::InvalidArgument("the job's k-PG tables belong to another level".into()));
+        }
+        Some(Arc::new(DeadlockTables { board: board.clone(), tables: file.tables }))
+    };
+    let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze };
+    if spec.boxes != 0 && spec.boxes != board.box_count() {
+        // a k-game of the k-PG tables: all prunings, u64 keys (as engine::kpg plays it)
+        let problem = Problem::<u64>::with_boxes(board.clone(), spec.boxes, Pruning::ALL, patterns)
+            .filter(|p| p.space.width == KeyWidth::U64 && spec.boxes < board.box_count())
+            .ok_or_else(|| ClusterError::InvalidArgument(format!("no {}-box game on this level", spec.boxes)))?;
+        return Ok(Arc::new(TypedJob::<u64>::open(spec, problem)?));
+    }
     Ok(match board.keyspace.width {
-        KeyWidth::U64 => Arc::new(TypedJob::<u64>::open(spec, board)?),
-        KeyWidth::U128 => Arc::new(TypedJob::<u128>::open(spec, board)?),
-        KeyWidth::Bits256 => Arc::new(TypedJob::<BitKey<4>>::open(spec, board)?),
-        KeyWidth::Bits1024 => Arc::new(TypedJob::<BitKey<16>>::open(spec, board)?),
+        KeyWidth::U64 => Arc::new(TypedJob::<u64>::open(spec, Problem::full(board, pruning, patterns))?),
+        KeyWidth::U128 => Arc::new(TypedJob::<u128>::open(spec, Problem::full(board, pruning, patterns))?),
+        KeyWidth::Bits256 => Arc::new(TypedJob::<BitKey<4>>::open(spec, Problem::full(board, pruning, patterns))?),
+        KeyWidth::Bits1024 => Arc::new(TypedJob::<BitKey<16>>::open(spec, Problem::full(board, pruning, patterns))?),
     })
 }
 
@@ -131,6 +157,7 @@ struct StepState {
 
 struct TypedJob<K: StateKey> {
     id: u64,
+    phase: String,
     problem: Problem<K>,
     partitioner: Partitioner,
     table: Mutex<Table>,
@@ -156,11 +183,10 @@ fn manifest_path(dir: &Path) -> PathBuf {
 }
 
 impl<K: StateKey> TypedJob<K> {
-    fn open(spec: JobSpec, board: Arc<Board>) -> Result<Self, ClusterError> {
+    fn open(spec: JobSpec, problem: Problem<K>) -> Result<Self, ClusterError> {
         let parts = spec.table.owners.len();
         let partitioner = Partitioner::new(parts);
         let mine: Vec<usize> = (0..parts).filter(|&p| spec.table.owners[p] == spec.me).collect();
-        let problem = Problem::<K>::full(board, Pruning { dead_squares: true, freeze: !spec.no_freeze }, None);
         let store: Box<dyn PartitionStore<K>> = Box::new(MemStore::<K>::new(parts));
         let dir = spec.dir.clone();
         let manifest = if spec.want == [0, 0] {
@@ -193,6 +219,7 @@ impl<K: StateKey> TypedJob<K> {
         }
         Ok(TypedJob {
             id: spec.job_id,
+            phase: spec.phase,
             problem,
             partitioner,
             table: Mutex::new(spec.table),
@@ -236,6 +263,9 @@ impl<K: StateKey> TypedJob<K> {
             .mine
             .par_iter()
             .map(|&p| -> Result<(u32, u64), ClusterError> {
+                if self.store.layer_len(side, layer, p) == 0 {
+                    return Ok((p as u32, 0)); // an empty partition needs no file (and no fsync)
+                }
                 let path = shard_path(&self.dir, side, layer, p);
                 let meta = ShardMeta { side: side.index() as u8, partition: p as u32, layer: layer as u32 };
                 let mut w = ShardWriter::<K>::create(&path, meta)?;
@@ -315,6 +345,9 @@ fn restore<K: StateKey>(spec: &JobSpec, mine: &[usize], store: &dyn PartitionSto
                         .find(|c| c.0 as usize == p)
                         .map(|c| c.1)
                         .ok_or_else(|| gone(format!("{} layer {layer} lacks partition {p}", side.name())))?;
+                    if expect == 0 {
+                        return Ok((p, Vec::new()));
+                    }
                     let path = shard_path(&spec.dir, side, layer, p);
                     let r = ShardReader::<K>::open(&path).map_err(|e| gone(e.to_string()))?;
                     let meta = r.meta();
@@ -343,6 +376,9 @@ fn restore<K: StateKey>(spec: &JobSpec, mine: &[usize], store: &dyn PartitionSto
 impl<K: StateKey> WorkerJob for TypedJob<K> {
     fn id(&self) -> u64 {
         self.id
+    }
+    fn phase(&self) -> &str {
+        &self.phase
     }
     fn limbs(&self) -> u32 {
         K::LIMBS as u32
@@ -510,21 +546,27 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
             .collect()
     }
 
-    fn collect(&self, side: Side) -> Result<Vec<u8>, ClusterError> {
-        let mut all = Vec::new();
+    fn collect(&self, side: Side, chunk: usize) -> Result<Vec<Vec<u8>>, ClusterError> {
+        let mut out = Vec::new();
+        let mut cur: Vec<K> = Vec::with_capacity(chunk);
         for layer in 0..self.store.layers(side) {
             for &p in &self.mine {
                 self.store.for_each_chunk(side, layer, p, &mut |c| {
-                    all.extend_from_slice(c);
+                    for &k in c {
+                        cur.push(k);
+                        if cur.len() == chunk {
+                            out.push(keys_to_bytes(&cur));
+                            cur.clear();
+                        }
+                    }
                     Ok(())
                 })?;
             }
         }
-        let bytes = all.len() * K::LIMBS * 8;
-        if bytes > super::super::MAX_MESSAGE_BYTES - 1024 {
-            return Err(ClusterError::TooLarge(format!("{} keys ({bytes} bytes) do not fit one message", all.len())));
+        if !cur.is_empty() {
+            out.push(keys_to_bytes(&cur));
         }
-        Ok(keys_to_bytes(&all))
+        Ok(out)
     }
 }
 

@@ -190,10 +190,14 @@ impl Worker for WorkerService {
             ClusterError::FailedPrecondition(format!("worker {} is not in job {}'s partition table", self.st.node_id, r.job_id))
         })? as u32;
         let want = [r.forward_layers as usize, r.backward_layers as usize];
+        let phase = if r.phase.is_empty() { "main".to_string() } else { r.phase.clone() };
+        if !phase.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') || phase.len() > 64 {
+            return Err(ClusterError::InvalidArgument(format!("phase {phase:?}")).into());
+        }
         let current = self.st.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(j) = current {
             let t = j.table();
-            if j.id() == r.job_id && j.layers() == want && t.nodes == table.nodes && t.owners == table.owners && j.me() == me {
+            if j.id() == r.job_id && j.phase() == phase && j.layers() == want && t.nodes == table.nodes && t.owners == table.owners && j.me() == me {
                 // the job is here as asked: drop any partial step, take new addresses
                 j.abort();
                 j.set_addresses(table.addresses);
@@ -211,10 +215,13 @@ impl Worker for WorkerService {
             me,
             node_id: self.st.node_id.clone(),
             want,
-            dir: self.st.data_dir.join("jobs").join(r.job_id.to_string()),
+            dir: self.st.data_dir.join("jobs").join(r.job_id.to_string()).join(&phase),
+            phase: phase.clone(),
+            boxes: r.boxes as usize,
+            kpg: r.kpg_tables,
         };
         let j = run_cpu(move || open_job(spec)).await??;
-        tracing::info!(job = r.job_id, forward = want[0], backward = want[1], partitions = j.owned(), "job loaded");
+        tracing::info!(job = r.job_id, phase = %phase, forward = want[0], backward = want[1], partitions = j.owned(), "job loaded");
         let reply = LoadReply { limbs: j.limbs(), forward_layers: want[0] as u32, backward_layers: want[1] as u32 };
         *self.st.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(j);
         Ok(Response::new(reply))
@@ -339,12 +346,16 @@ impl Worker for WorkerService {
         Ok(Response::new(UnloadReply {}))
     }
 
-    async fn kpg_collect(&self, req: Request<KpgCollectRequest>) -> R<KpgCollectReply> {
+    type KpgCollectStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<KpgCollectReply, Status>> + Send>>;
+
+    async fn kpg_collect(&self, req: Request<KpgCollectRequest>) -> R<Self::KpgCollectStream> {
         let r = req.into_inner();
         let side = side_of(r.side)?;
         let j = self.job(r.job_id)?;
-        let keys = run_cpu(move || j.collect(side)).await??;
-        Ok(Response::new(KpgCollectReply { keys }))
+        // chunks of 256 Ki keys stay far below the message limit for any width
+        let chunks = run_cpu(move || j.collect(side, 1 << 18)).await??;
+        let items: Vec<Result<KpgCollectReply, Status>> = chunks.into_iter().map(|keys| Ok(KpgCollectReply { keys })).collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(items))))
     }
 }
 
