@@ -21,6 +21,18 @@ enum Command {
     Verify(cli::levels::VerifyArgs),
     /// Solve levels push-optimally on this machine.
     Solve(cli::solve::SolveArgs),
+    /// Run a cluster coordinator: the job table, the layer barrier, the job log.
+    Coordinator(cli::cluster::CoordinatorArgs),
+    /// Run a cluster worker: holds partitions of a job's states.
+    Worker(cli::cluster::WorkerArgs),
+    /// Solve levels on a cluster; prints results as `solve` does.
+    Submit(cli::cluster::SubmitArgs),
+    /// Show a cluster's workers and jobs.
+    Status(cli::cluster::StatusArgs),
+    /// Cancel a cluster job.
+    Cancel(cli::cluster::CancelArgs),
+    /// Benchmark: one level on 1, 2 and 4 local worker processes.
+    BenchCluster(cli::bench_cluster::BenchArgs),
     /// Measurements for the README (each run a child process).
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
@@ -41,6 +53,12 @@ fn main() -> ExitCode {
         Command::Levels(a) => cli::levels::run_levels(a),
         Command::Verify(a) => cli::levels::run_verify(a),
         Command::Solve(a) => cli::solve::run(a),
+        Command::Coordinator(a) => cli::cluster::run_coordinator(a),
+        Command::Worker(a) => cli::cluster::run_worker(a),
+        Command::Submit(a) => cli::cluster::run_submit(a),
+        Command::Status(a) => cli::cluster::run_status(a),
+        Command::Cancel(a) => cli::cluster::run_cancel(a),
+        Command::BenchCluster(a) => cli::bench_cluster::run(a),
         Command::Deadlocks(c) => cli::deadlocks::run(c),
         Command::Bench(c) => cli::bench::run(c),
     };

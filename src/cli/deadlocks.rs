@@ -43,6 +43,11 @@ pub struct BuildArgs {
     /// One JSON object per k on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Build on a cluster: this coordinator's workers play the k-games.
+    #[arg(long)]
+    pub coordinator: Option<String>,
+    #[command(flatten)]
+    pub net: super::cluster::NetArgs,
 }
 
 #[derive(clap::Args)]
@@ -114,6 +119,9 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     anyhow::ensure!(picked.len() == 1, "deadlocks build needs exactly one level: use --level N or --title T");
     let level = picked[0].parse()?;
     let board = Arc::new(Board::new(&level)?);
+    if let Some(addr) = &args.coordinator {
+        return build_on_cluster(&args, addr, &level, &board);
+    }
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build()?;
     let progress = KProgress::new(format!("level {} ({})", level.index, level.title));
@@ -130,6 +138,50 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     }
     if !args.json {
         println!("wrote {} ({})", args.output.display(), human_bytes(bytes));
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+/// `deadlocks build --coordinator`: the cluster plays the k-games; the database
+/// comes back checked against this level and is written like a local build's.
+fn build_on_cluster(args: &BuildArgs, addr: &str, level: &sokoshard::model::level::Level, board: &Arc<Board>) -> Result<ExitCode> {
+    let net = args.net.config()?;
+    let text = level.to_xsb();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = ProgressBar::new_spinner();
+        b.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+        b
+    });
+    let (bytes, stats) = super::cluster::runtime()?.block_on(async {
+        let mut c = sokoshard::cluster::client::Client::new(&net, addr)?;
+        c.build_tables(&text, &level.title, level.index as u32, args.k as u32, 0, |v| {
+            if let Some(b) = &bar {
+                b.set_message(format!("{}: {}", v.state, v.message));
+            }
+        })
+        .await
+    })?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let file = kdb::decode(&args.output, &bytes)?;
+    anyhow::ensure!(
+        file.fingerprint == board.fingerprint() && file.floor == board.floor_count(),
+        "the cluster returned tables of another level"
+    );
+    let tmp = args.output.with_extension("kdb.tmp");
+    std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &args.output).with_context(|| format!("writing {}", args.output.display()))?;
+    for s in &stats {
+        if args.json {
+            println!("{}", serde_json::to_string(s)?);
+        } else {
+            println!("{}", describe(s));
+        }
+    }
+    if !args.json {
+        println!("wrote {} ({})", args.output.display(), human_bytes(bytes.len() as u64));
     }
     Ok(ExitCode::from(EXIT_OK))
 }

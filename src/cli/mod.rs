@@ -1,5 +1,7 @@
 //! The CLI room: commands, level selection, progress display and output formats.
 pub mod bench;
+pub mod bench_cluster;
+pub mod cluster;
 pub mod deadlocks;
 pub mod levels;
 pub mod progress;

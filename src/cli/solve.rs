@@ -209,12 +209,18 @@ fn solve_one(
 }
 
 fn print_outcome(o: &Outcome, json: bool) {
+    print_level(o.text.index, &o.text.title, o.report.as_ref(), o.error.as_deref(), json);
+}
+
+/// Prints one level's result the way `solve` does (text or one JSON line); also
+/// used by `submit` for results that come back from a cluster.
+pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, error: Option<&str>, json: bool) {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
-        let v = match (&o.report, &o.error) {
+        let v = match (report, error) {
             (Some(r), _) => serde_json::json!({
-                "level": o.text.index, "title": o.text.title, "status": r.status,
+                "level": index, "title": title, "status": r.status,
                 "pushes": r.pushes, "moves": r.moves, "solution": r.solution,
                 "states": r.states, "generated": r.generated, "seconds": r.seconds, "kpg_seconds": r.kpg_seconds,
                 "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
@@ -222,7 +228,7 @@ fn print_outcome(o: &Outcome, json: bool) {
                 "key": r.key_width, "reason": r.reason,
             }),
             (None, err) => serde_json::json!({
-                "level": o.text.index, "title": o.text.title, "status": "error",
+                "level": index, "title": title, "status": "error",
                 "pushes": null, "moves": null, "solution": null, "states": 0, "seconds": 0.0,
                 "reason": err,
             }),
@@ -230,9 +236,9 @@ fn print_outcome(o: &Outcome, json: bool) {
         let _ = writeln!(out, "{v}");
         return;
     }
-    match (&o.report, &o.error) {
+    match (report, error) {
         (Some(r), _) => {
-            let head = format!("level {} ({})", o.text.index, o.text.title);
+            let head = format!("level {index} ({title})");
             match r.status {
                 Status::Solved => {
                     let _ = writeln!(
@@ -255,7 +261,7 @@ fn print_outcome(o: &Outcome, json: bool) {
             );
         }
         (None, Some(e)) => {
-            let _ = writeln!(out, "level {} ({}): error: {e}", o.text.index, o.text.title);
+            let _ = writeln!(out, "level {index} ({title}): error: {e}");
             eprintln!("error: {e}");
         }
         (None, None) => {}
@@ -263,8 +269,14 @@ fn print_outcome(o: &Outcome, json: bool) {
 }
 
 fn print_summary(outcomes: &[Outcome], total: Duration) {
-    let count = |s: Status| outcomes.iter().filter(|o| o.report.as_ref().is_some_and(|r| r.status == s)).count();
-    let errors = outcomes.iter().filter(|o| o.error.is_some()).count();
+    let statuses: Vec<Option<Status>> = outcomes.iter().map(|o| o.report.as_ref().map(|r| r.status)).collect();
+    print_summary_of(&statuses, total);
+}
+
+/// The summary table after several levels: `None` counts as an error.
+pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) {
+    let count = |s: Status| statuses.iter().filter(|o| **o == Some(s)).count();
+    let errors = statuses.iter().filter(|o| o.is_none()).count();
     println!();
     println!("{:>10} {:>10} {:>10} {:>10} {:>10} {:>12}", "solved", "unsolvable", "timeout", "limit", "error", "total time");
     println!(

@@ -235,6 +235,14 @@ pub trait KpgProgress: Progress {
 
 impl KpgProgress for super::search::NoProgress {}
 
+/// Explores one side of a k-game to exhaustion and returns every key found,
+/// sorted (`None` when cancelled). Given the game, the tables built so far (which
+/// the game's problem already checks), the side and the seeds. In this process
+/// it is a [`LocalBackend`]; on a cluster the coordinator runs the same `exhaust`
+/// over the workers.
+pub type Explorer<'a> =
+    dyn FnMut(&Problem<u64>, &DeadlockTables, Side, &[u64]) -> Result<Option<Vec<u64>>, EngineError> + 'a;
+
 /// Builds tables for k = 1..=`max_k` on `board`, each k pruned by the tables
 /// before it. Stops early (returning what is complete) if `cancel` is raised.
 pub fn build_tables(
@@ -243,6 +251,19 @@ pub fn build_tables(
     partitions: usize,
     cancel: &AtomicBool,
     progress: &dyn KpgProgress,
+) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
+    let mut local = |problem: &Problem<u64>, _: &DeadlockTables, side: Side, seeds: &[u64]| {
+        explore(problem, side, seeds, partitions, cancel, progress)
+    };
+    build_tables_with(board, max_k, progress, &mut local)
+}
+
+/// [`build_tables`] with the exploration of each k-game left to `explore`.
+pub fn build_tables_with(
+    board: Arc<Board>,
+    max_k: usize,
+    progress: &dyn KpgProgress,
+    explore: &mut Explorer<'_>,
 ) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
     let max_k = max_k.min(MAX_K).min(board.box_count());
     let mut tables = DeadlockTables { board: board.clone(), tables: Vec::new() };
@@ -255,8 +276,8 @@ pub fn build_tables(
         let problem = Problem::<u64>::with_boxes(board.clone(), k, Pruning::ALL, patterns)
             .ok_or_else(|| EngineError::Internal(format!("no key space for a {k}-box game")))?;
         let (fwd_seeds, bwd_seeds) = k_seeds(&problem, k);
-        let forward = explore(&problem, Side::Forward, &fwd_seeds, partitions, cancel, progress)?;
-        let backward = explore(&problem, Side::Backward, &bwd_seeds, partitions, cancel, progress)?;
+        let forward = explore(&problem, &tables, Side::Forward, &fwd_seeds)?;
+        let backward = explore(&problem, &tables, Side::Backward, &bwd_seeds)?;
         let (Some(forward), Some(backward)) = (forward, backward) else {
             break; // cancelled: keep the complete tables
         };

@@ -1,6 +1,7 @@
 //! The one integration-test binary: the CLI end to end, the rules as properties,
-//! and the engine against a plain forward BFS.
+//! the engine against a plain forward BFS, and the cluster as separate processes.
 mod cli;
+mod cluster;
 mod common;
 mod engine;
 mod kpg;

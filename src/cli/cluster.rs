@@ -1,0 +1,439 @@
+//! The cluster commands: `coordinator`, `worker`, `submit`, `status`, `cancel`
+//! and `bench-cluster`. Each builds a tokio runtime and calls the library's
+//! cluster room; results print exactly as `solve` prints them.
+
+use super::solve::{print_level, print_summary_of};
+use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use sokoshard::cluster::client::{Client, JobView, SubmitOptions};
+use sokoshard::cluster::coordinator::CoordinatorConfig;
+use sokoshard::cluster::net::{NetConfig, TlsFiles};
+use sokoshard::cluster::worker::WorkerConfig;
+use sokoshard::solve::Status;
+use sokoshard::sys::{human_bytes, total_memory_bytes};
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The cluster token and TLS files every cluster command takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NetArgs {
+    /// Cluster token carried by every RPC (all nodes and clients share it).
+    #[arg(long, env = "SOKOSHARD_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// TLS certificate (PEM) this node serves; with --tls-key turns TLS on.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) for --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificate (PEM) to check the servers this node dials; turns TLS on
+    /// for outgoing connections.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Name to check server certificates against (default: the dialled host).
+    #[arg(long)]
+    pub tls_domain: Option<String>,
+}
+
+impl NetArgs {
+    pub fn config(&self) -> Result<NetConfig> {
+        let token = self.token.clone().unwrap_or_default();
+        anyhow::ensure!(!token.is_empty(), "a cluster command needs the cluster token: --token or SOKOSHARD_TOKEN");
+        anyhow::ensure!(
+            self.tls_cert.is_some() == self.tls_key.is_some(),
+            "--tls-cert and --tls-key go together"
+        );
+        let mut net = NetConfig::new(token);
+        if self.tls_cert.is_some() || self.tls_ca.is_some() {
+            net.tls = Some(TlsFiles {
+                cert: self.tls_cert.clone(),
+                key: self.tls_key.clone(),
+                ca: self.tls_ca.clone(),
+                domain: self.tls_domain.clone(),
+            });
+        }
+        Ok(net)
+    }
+}
+
+#[derive(clap::Args)]
+pub struct CoordinatorArgs {
+    /// Address to serve on, e.g. 0.0.0.0:7400.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Where the job log lives.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub net: NetArgs,
+    /// Milliseconds between worker heartbeats.
+    #[arg(long, default_value_t = 1000)]
+    pub heartbeat_ms: u64,
+    /// Seconds without a heartbeat after which a worker is lost.
+    #[arg(long, default_value_t = 5.0)]
+    pub heartbeat_timeout: f64,
+    /// Seconds a job waits for a lost worker to come back before it fails.
+    #[arg(long, default_value_t = 600.0)]
+    pub resume_timeout: f64,
+    /// Workers a new job waits for before its partitions are assigned.
+    #[arg(long, default_value_t = 1)]
+    pub min_workers: usize,
+    /// Test knob: pause this many milliseconds after every layer.
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub layer_delay_ms: u64,
+}
+
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    /// The coordinator's address.
+    #[arg(long)]
+    pub join: String,
+    /// Address to serve on, e.g. 0.0.0.0:7401.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Address the coordinator and other workers dial (default: --listen).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Where this worker keeps its identity and its checkpoints.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Memory budget, e.g. 4G or 512M (default: half the machine's memory).
+    #[arg(long)]
+    pub mem: Option<String>,
+    /// Threads for expanding and merging (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(clap::Args)]
+pub struct SubmitArgs {
+    /// The coordinator's address.
+    #[arg(long)]
+    pub coordinator: String,
+    /// Collection file (XSB/SOK), or - for standard input.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub select: Selection,
+    /// Use k-packet-game deadlock tables with this k.
+    #[arg(long)]
+    pub kpg: Option<u32>,
+    /// Number of state partitions (a power of two; default: the coordinator's).
+    #[arg(long)]
+    pub partitions: Option<u32>,
+    /// Per-level time limit in seconds; the level reports `timeout`.
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Stop a level (status `limit`) once this many states are stored.
+    #[arg(long)]
+    pub max_states: Option<u64>,
+    /// Turn off freeze-deadlock pruning.
+    #[arg(long)]
+    pub no_freeze: bool,
+    /// One JSON object per level on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Print the job ids and return at once.
+    #[arg(long)]
+    pub detach: bool,
+    /// Seconds to keep trying when the coordinator is unreachable mid-job.
+    #[arg(long, default_value_t = 300.0)]
+    pub reconnect_timeout: f64,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// The coordinator's address.
+    #[arg(long)]
+    pub coordinator: String,
+    /// One JSON object {"workers": [...], "jobs": [...]}.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(clap::Args)]
+pub struct CancelArgs {
+    /// The coordinator's address.
+    #[arg(long)]
+    pub coordinator: String,
+    /// The job id (as `submit --detach` and `status` print it).
+    pub job: u64,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+}
+
+/// Parses sizes like `512M`, `4G`, `1.5GiB`, `1048576`.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().with_context(|| format!("size {s:?}: expected a number with an optional unit"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1u64,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        u => bail!("size {s:?}: unknown unit {u:?}"),
+    };
+    Ok((v * mult as f64) as u64)
+}
+
+pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
+    anyhow::ensure!(a.heartbeat_timeout > 0.0 && a.resume_timeout > 0.0, "timeouts must be positive");
+    let cfg = CoordinatorConfig {
+        listen: a.listen,
+        data_dir: a.data_dir,
+        net: a.net.config()?,
+        heartbeat: Duration::from_millis(a.heartbeat_ms.max(50)),
+        heartbeat_timeout: Duration::from_secs_f64(a.heartbeat_timeout),
+        resume_timeout: Duration::from_secs_f64(a.resume_timeout),
+        min_workers: a.min_workers,
+        layer_delay: Duration::from_millis(a.layer_delay_ms),
+    };
+    runtime()?.block_on(sokoshard::cluster::coordinator::serve(cfg))?;
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+pub fn run_worker(a: WorkerArgs) -> Result<ExitCode> {
+    let mem = match &a.mem {
+        Some(s) => parse_size(s)?,
+        None => total_memory_bytes().unwrap_or(4 << 30) / 2,
+    };
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    anyhow::ensure!(threads >= 1, "--threads must be at least 1");
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().context("starting worker threads")?;
+    let cfg = WorkerConfig {
+        join: a.join,
+        listen: a.listen,
+        advertise: a.advertise,
+        data_dir: a.data_dir,
+        mem,
+        net: a.net.config()?,
+    };
+    runtime()?.block_on(sokoshard::cluster::worker::serve(cfg))?;
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn spinner(label: String) -> Option<ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        let b = ProgressBar::new_spinner();
+        b.set_style(ProgressStyle::with_template("{spinner} {prefix} {wide_msg}").expect("static template"));
+        b.set_prefix(label);
+        b.enable_steady_tick(Duration::from_millis(200));
+        b
+    })
+}
+
+fn progress_line(v: &JobView) -> String {
+    let mut s = format!(
+        "{} | {} layer {} | frontier fwd {} bwd {} | stored {} | {:.0} states/s | workers' store {}",
+        v.state,
+        v.side,
+        v.layer,
+        v.frontier_forward,
+        v.frontier_backward,
+        v.stored,
+        v.rate,
+        human_bytes(v.memory_bytes)
+    );
+    if !v.message.is_empty() {
+        s.push_str(&format!(" | {}", v.message));
+    }
+    s
+}
+
+pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
+    let net = a.net.config()?;
+    let all = read_collection(&a.file)?;
+    let source = a.file.display().to_string();
+    let picked = a.select.pick(&all, &source)?;
+    if let Some(p) = a.partitions {
+        anyhow::ensure!(p.is_power_of_two() && p <= 1 << 16, "--partitions {p} must be a power of two up to 65536");
+    }
+    if let Some(t) = a.timeout {
+        anyhow::ensure!(t > 0.0 && t.is_finite(), "--timeout must be a positive number of seconds");
+    }
+    let opts = SubmitOptions {
+        partitions: a.partitions.unwrap_or(0),
+        no_freeze: a.no_freeze,
+        max_states: a.max_states,
+        timeout: a.timeout,
+        kpg: a.kpg,
+    };
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut client = Client::new(&net, &a.coordinator)?;
+        let mut ids = Vec::new();
+        let mut bad = 0;
+        for t in &picked {
+            // a level that does not parse is reported here, as `solve` does
+            match t.parse() {
+                Ok(level) => {
+                    let id = client.submit(&level.to_xsb(), &t.title, t.index as u32, &opts).await?;
+                    ids.push((id, *t));
+                }
+                Err(e) => {
+                    print_level(t.index, &t.title, None, Some(&e.to_string()), a.json);
+                    bad += 1;
+                }
+            }
+        }
+        if a.detach {
+            for (id, t) in &ids {
+                println!("job {id}: level {} ({})", t.index, t.title);
+            }
+            return Ok(ExitCode::from(EXIT_OK));
+        }
+        let started = Instant::now();
+        let mut statuses: Vec<Option<Status>> = vec![None; bad];
+        let cancel_sent = Arc::new(AtomicBool::new(false));
+        for (id, t) in &ids {
+            let bar = spinner(format!("level {} ({})", t.index, t.title));
+            let mut canceller = Client::new(&net, &a.coordinator)?;
+            let sent = cancel_sent.clone();
+            let (id, bar_ref) = (*id, &bar);
+            let watch = client.watch(id, Duration::from_secs_f64(a.reconnect_timeout.max(0.0)), |v| {
+                if let Some(b) = bar_ref {
+                    b.set_message(progress_line(v));
+                }
+            });
+            // Ctrl-C cancels the jobs on the cluster and still prints what they found
+            let interrupt = async {
+                while !INTERRUPTED.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            tokio::pin!(watch);
+            let view = tokio::select! {
+                v = &mut watch => v,
+                _ = interrupt => {
+                    if !sent.swap(true, Ordering::SeqCst) {
+                        for (other, _) in &ids {
+                            let _ = canceller.cancel(*other).await;
+                        }
+                    }
+                    watch.await
+                }
+            };
+            if let Some(b) = &bar {
+                b.finish_and_clear();
+            }
+            match view {
+                Ok(v) => match &v.result {
+                    Some(r) => {
+                        let mut r = r.clone();
+                        if v.state == "cancelled" {
+                            r.reason = Some("cancelled".into());
+                        }
+                        print_level(t.index, &t.title, Some(&r), None, a.json);
+                        statuses.push(Some(r.status));
+                    }
+                    None => {
+                        let msg = format!("job {} {}: {}", v.id, v.state, v.message);
+                        print_level(t.index, &t.title, None, Some(&msg), a.json);
+                        statuses.push(if v.state == "cancelled" { Some(Status::Timeout) } else { None });
+                    }
+                },
+                Err(e) => {
+                    print_level(t.index, &t.title, None, Some(&e.to_string()), a.json);
+                    statuses.push(None);
+                }
+            }
+        }
+        if !a.json && statuses.len() > 1 {
+            print_summary_of(&statuses, started.elapsed());
+        }
+        let code = if statuses.iter().any(|s| s.is_none()) {
+            EXIT_BAD_INPUT
+        } else if statuses.iter().all(|s| *s == Some(Status::Solved)) && !INTERRUPTED.load(Ordering::SeqCst) {
+            EXIT_OK
+        } else {
+            EXIT_NOT_SOLVED
+        };
+        Ok(ExitCode::from(code))
+    })
+}
+
+pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
+    let net = a.net.config()?;
+    runtime()?.block_on(async move {
+        let mut c = Client::new(&net, &a.coordinator)?;
+        let workers = c.workers().await?;
+        let jobs = c.jobs().await?;
+        if a.json {
+            println!("{}", serde_json::json!({ "workers": workers, "jobs": jobs }));
+            return Ok(ExitCode::from(EXIT_OK));
+        }
+        println!("workers ({}):", workers.len());
+        println!(
+            "  {:<20} {:<22} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10}",
+            "node", "address", "alive", "parts", "budget", "rss", "peak rss", "disk"
+        );
+        for w in &workers {
+            println!(
+                "  {:<20} {:<22} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10}",
+                w.node_id,
+                w.address,
+                if w.alive { "yes" } else { "no" },
+                w.partitions,
+                human_bytes(w.memory_bytes),
+                human_bytes(w.rss_bytes),
+                human_bytes(w.peak_rss_bytes),
+                human_bytes(w.store_disk_bytes)
+            );
+        }
+        println!("jobs ({}):", jobs.len());
+        println!(
+            "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12} {:>9}  note",
+            "id", "state", "level", "layer", "states", "states/s", "seconds"
+        );
+        for j in &jobs {
+            let note = match &j.result {
+                Some(r) if r.status == Status::Solved => format!("{} pushes", r.pushes.unwrap_or(0)),
+                Some(r) => r.status.name().to_string(),
+                None => j.message.clone(),
+            };
+            println!(
+                "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12.0} {:>9.1}  {}",
+                j.id,
+                j.state,
+                format!("{} ({})", j.index, j.title).chars().take(24).collect::<String>(),
+                format!("{} {}", j.side, j.layer),
+                j.stored,
+                j.rate,
+                j.seconds,
+                note
+            );
+        }
+        Ok(ExitCode::from(EXIT_OK))
+    })
+}
+
+pub fn run_cancel(a: CancelArgs) -> Result<ExitCode> {
+    let net = a.net.config()?;
+    runtime()?.block_on(async move {
+        let mut c = Client::new(&net, &a.coordinator)?;
+        let state = c.cancel(a.job).await?;
+        println!("job {}: {state}", a.job);
+        Ok(ExitCode::from(EXIT_OK))
+    })
+}

@@ -1,0 +1,313 @@
+//! The client side of the coordinator API for the CLI (`submit`, `status`,
+//! `cancel`, the benchmark): plain serializable views instead of prost types, and
+//! a watch that outlives a coordinator restart by reconnecting.
+
+use super::net::{CoordinatorRpc, NetConfig};
+use super::proto::*;
+use super::{ClusterError, PROTOCOL_VERSION};
+use crate::engine::kpg::KStats;
+use crate::model::key::KeyWidth;
+use crate::solve::{SolveReport, Status};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// A job as a client sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    pub id: u64,
+    pub kind: String,
+    pub state: String,
+    pub title: String,
+    pub index: u32,
+    pub side: String,
+    pub layer: u32,
+    pub forward_layers: u32,
+    pub backward_layers: u32,
+    pub frontier_forward: u64,
+    pub frontier_backward: u64,
+    pub stored: u64,
+    pub generated: u64,
+    pub seconds: f64,
+    pub rate: f64,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    pub message: String,
+    pub keys_exchanged: u64,
+    pub bytes_exchanged: u64,
+    pub result: Option<SolveReport>,
+}
+
+impl JobView {
+    /// Finished, failed or cancelled.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.state.as_str(), "finished" | "failed" | "cancelled")
+    }
+}
+
+/// A worker as a client sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerView {
+    pub node_id: String,
+    pub address: String,
+    pub alive: bool,
+    pub memory_bytes: u64,
+    pub cores: u32,
+    pub data_dir: String,
+    pub partitions: u32,
+    pub rss_bytes: u64,
+    pub peak_rss_bytes: u64,
+    pub store_memory_bytes: u64,
+    pub store_disk_bytes: u64,
+    pub keys_sent: u64,
+    pub bytes_sent: u64,
+    pub keys_local: u64,
+    pub seconds_since_heartbeat: f64,
+}
+
+/// What to solve and how.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitOptions {
+    pub partitions: u32,
+    pub no_freeze: bool,
+    pub max_states: Option<u64>,
+    pub timeout: Option<f64>,
+    pub kpg: Option<u32>,
+}
+
+fn state_name(s: i32) -> &'static str {
+    match JobState::try_from(s) {
+        Ok(JobState::Queued) => "queued",
+        Ok(JobState::Running) => "running",
+        Ok(JobState::Paused) => "paused",
+        Ok(JobState::Finished) => "finished",
+        Ok(JobState::Failed) => "failed",
+        Ok(JobState::Cancelled) => "cancelled",
+        Err(_) => "unknown",
+    }
+}
+
+/// The report a finished job carries, in the form `solve` prints.
+pub fn report_of(r: &SolveResult) -> SolveReport {
+    let status = match r.status.as_str() {
+        "solved" => Status::Solved,
+        "unsolvable" => Status::Unsolvable,
+        "timeout" => Status::Timeout,
+        "limit" => Status::Limit,
+        _ => Status::Error,
+    };
+    SolveReport {
+        status,
+        pushes: r.pushes.map(|v| v as usize),
+        moves: r.moves.map(|v| v as usize),
+        solution: r.solution.clone(),
+        states: r.states,
+        generated: r.generated,
+        seconds: r.seconds,
+        kpg_seconds: r.kpg_seconds,
+        store_bytes: r.store_bytes,
+        disk_bytes: r.disk_bytes,
+        forward_layers: r.forward_layers as usize,
+        backward_layers: r.backward_layers as usize,
+        peak_memory_bytes: r.peak_memory_bytes,
+        key_width: match r.key_width.as_str() {
+            "u128" => KeyWidth::U128,
+            "bits256" => KeyWidth::Bits256,
+            "bits1024" => KeyWidth::Bits1024,
+            _ => KeyWidth::U64,
+        },
+        reason: r.reason.clone(),
+    }
+}
+
+fn job_view(s: &JobStatus) -> JobView {
+    JobView {
+        id: s.job_id,
+        kind: if s.kind == JobKind::Deadlocks as i32 { "deadlocks" } else { "solve" }.into(),
+        state: state_name(s.state).into(),
+        title: s.title.clone(),
+        index: s.index,
+        side: if s.side == Side::Backward as i32 { "backward" } else { "forward" }.into(),
+        layer: s.layer,
+        forward_layers: s.forward_layers,
+        backward_layers: s.backward_layers,
+        frontier_forward: s.frontier_forward,
+        frontier_backward: s.frontier_backward,
+        stored: s.stored,
+        generated: s.generated,
+        seconds: s.seconds,
+        rate: s.rate,
+        memory_bytes: s.memory_bytes,
+        disk_bytes: s.disk_bytes,
+        message: s.message.clone(),
+        keys_exchanged: s.keys_exchanged,
+        bytes_exchanged: s.bytes_exchanged,
+        result: s.result.as_ref().map(report_of),
+    }
+}
+
+/// A connection to a coordinator.
+pub struct Client {
+    rpc: CoordinatorRpc,
+    addr: String,
+}
+
+fn status_err(what: &str, addr: &str, s: tonic::Status) -> ClusterError {
+    super::net::rpc_err(what, addr, s)
+}
+
+impl Client {
+    pub fn new(net: &NetConfig, addr: &str) -> Result<Self, ClusterError> {
+        Ok(Client { rpc: net.coordinator_client(addr)?, addr: addr.to_string() })
+    }
+
+    /// Submits one level (its XSB text); returns the job id.
+    pub async fn submit(&mut self, level_text: &str, title: &str, index: u32, o: &SubmitOptions) -> Result<u64, ClusterError> {
+        let req = SubmitRequest {
+            protocol_version: PROTOCOL_VERSION,
+            kind: JobKind::Solve as i32,
+            level_text: level_text.to_string(),
+            title: title.to_string(),
+            index,
+            options: Some(JobOptions {
+                partitions: o.partitions,
+                no_freeze: o.no_freeze,
+                max_states: o.max_states.unwrap_or(0),
+                timeout: o.timeout.unwrap_or(0.0),
+                kpg: o.kpg.unwrap_or(0),
+            }),
+        };
+        let r = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?;
+        Ok(r.into_inner().job_id)
+    }
+
+    /// Follows a job until it ends, calling `on_update` on every status; rides
+    /// out a coordinator restart for up to `reconnect` by watching again.
+    pub async fn watch(
+        &mut self,
+        id: u64,
+        reconnect: Duration,
+        mut on_update: impl FnMut(&JobView),
+    ) -> Result<JobView, ClusterError> {
+        let mut lost_since: Option<Instant> = None;
+        loop {
+            let r = self.rpc.watch(WatchRequest { job_id: id }).await;
+            let err = match r {
+                Ok(resp) => {
+                    lost_since = None;
+                    let mut stream = resp.into_inner();
+                    loop {
+                        match stream.message().await {
+                            Ok(Some(s)) => {
+                                let v = job_view(&s);
+                                on_update(&v);
+                                if v.is_terminal() {
+                                    return Ok(v);
+                                }
+                            }
+                            Ok(None) => break tonic::Status::unavailable("the watch stream ended"),
+                            Err(s) => break s,
+                        }
+                    }
+                }
+                Err(s) => s,
+            };
+            if !matches!(err.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled) {
+                return Err(status_err("watching the job", &self.addr, err));
+            }
+            let since = *lost_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > reconnect {
+                return Err(status_err("watching the job", &self.addr, err));
+            }
+            tracing::info!(coordinator = %self.addr, error = %err.message(), "coordinator unreachable, watching again");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// Builds k-PG tables for k = 1..=`k` on the cluster: submits a DEADLOCKS
+    /// job, follows it, and returns the .kdb database with what each k cost.
+    pub async fn build_tables(
+        &mut self,
+        level_text: &str,
+        title: &str,
+        index: u32,
+        k: u32,
+        partitions: u32,
+        on_update: impl FnMut(&JobView),
+    ) -> Result<(Vec<u8>, Vec<KStats>), ClusterError> {
+        let req = SubmitRequest {
+            protocol_version: PROTOCOL_VERSION,
+            kind: JobKind::Deadlocks as i32,
+            level_text: level_text.to_string(),
+            title: title.to_string(),
+            index,
+            options: Some(JobOptions { partitions, kpg: k, ..Default::default() }),
+        };
+        let id = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?.into_inner().job_id;
+        let v = self.watch(id, Duration::from_secs(300), on_update).await?;
+        if v.state != "finished" {
+            return Err(ClusterError::FailedPrecondition(format!("job {id} {}: {}", v.state, v.message)));
+        }
+        let r = self
+            .rpc
+            .fetch_tables(FetchTablesRequest { job_id: id })
+            .await
+            .map_err(|s| status_err("fetching the tables", &self.addr, s))?
+            .into_inner();
+        let stats = r
+            .stats
+            .iter()
+            .map(|s| KStats {
+                k: s.k as usize,
+                forward_states: s.forward_states,
+                backward_states: s.backward_states,
+                forward_patterns: s.forward_patterns as usize,
+                backward_patterns: s.backward_patterns as usize,
+                seconds: s.seconds,
+            })
+            .collect();
+        Ok((r.kdb, stats))
+    }
+
+    pub async fn cancel(&mut self, id: u64) -> Result<String, ClusterError> {
+        let r = self.rpc.cancel(CancelRequest { job_id: id }).await.map_err(|s| status_err("cancelling", &self.addr, s))?;
+        Ok(state_name(r.into_inner().state).into())
+    }
+
+    pub async fn jobs(&mut self) -> Result<Vec<JobView>, ClusterError> {
+        let r = self.rpc.list_jobs(ListJobsRequest {}).await.map_err(|s| status_err("listing jobs", &self.addr, s))?;
+        Ok(r.into_inner().jobs.iter().map(job_view).collect())
+    }
+
+    pub async fn workers(&mut self) -> Result<Vec<WorkerView>, ClusterError> {
+        let r = self
+            .rpc
+            .list_workers(ListWorkersRequest {})
+            .await
+            .map_err(|s| status_err("listing workers", &self.addr, s))?;
+        Ok(r
+            .into_inner()
+            .workers
+            .into_iter()
+            .map(|w| {
+                let s = w.stats.unwrap_or_default();
+                WorkerView {
+                    node_id: w.node_id,
+                    address: w.address,
+                    alive: w.alive,
+                    memory_bytes: w.memory_bytes,
+                    cores: w.cores,
+                    data_dir: w.data_dir,
+                    partitions: s.partitions,
+                    rss_bytes: s.rss_bytes,
+                    peak_rss_bytes: s.peak_rss_bytes,
+                    store_memory_bytes: s.store_memory_bytes,
+                    store_disk_bytes: s.store_disk_bytes,
+                    keys_sent: s.keys_sent,
+                    bytes_sent: s.bytes_sent,
+                    keys_local: s.keys_local,
+                    seconds_since_heartbeat: w.seconds_since_heartbeat,
+                }
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,594 @@
+//! The coordinator node: the worker registry (joins, heartbeats, lost workers),
+//! the job table and its persisted job log, the client API (submit, watch,
+//! cancel, list), and the scheduler that runs one job at a time through the
+//! [`backend`] (the cluster's `LayerBackend`).
+
+pub mod backend;
+
+use super::net::{CheckToken, NetConfig, WorkerClients};
+use super::proto::coordinator_server::{Coordinator, CoordinatorServer};
+use super::proto::*;
+use super::{persist, ClusterError, MAX_LEVEL_TEXT, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use crate::model::board::Board;
+use crate::model::level::parse_one;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+const LOG_MAGIC: &[u8; 8] = b"SKJOBLOG";
+const LOG_VERSION: u32 = 1;
+/// Partitions of a job that does not ask for a number.
+pub const DEFAULT_PARTITIONS: u32 = 64;
+
+/// How a coordinator is started.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub net: NetConfig,
+    /// Interval workers heartbeat at.
+    pub heartbeat: Duration,
+    /// A worker silent this long is lost.
+    pub heartbeat_timeout: Duration,
+    /// A job whose lost worker stays away this long fails.
+    pub resume_timeout: Duration,
+    /// Workers a new job waits for before it starts.
+    pub min_workers: usize,
+    /// Test knob: sleep this long after each layer (makes small levels long
+    /// enough to interrupt on purpose).
+    pub layer_delay: Duration,
+}
+
+/// A job as the log keeps it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct JobRecord {
+    pub id: u64,
+    pub kind: i32,
+    pub level_text: String,
+    pub title: String,
+    pub index: u32,
+    pub options: JobOptions,
+    pub state: i32,
+    pub message: String,
+    /// The partition table: `owners[p]` indexes `nodes` (node ids).
+    pub nodes: Vec<String>,
+    pub owners: Vec<u32>,
+    /// Sizes of the completed layers of each side.
+    pub layers: [Vec<u64>; 2],
+    pub stored: u64,
+    pub generated: u64,
+    pub expanded: u64,
+    pub keys_exchanged: u64,
+    pub bytes_exchanged: u64,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    pub peak_memory_bytes: u64,
+    /// The side of the last completed layer.
+    pub last_side: i32,
+    /// Sides met: the key (limbs), its forward and backward depth.
+    pub meeting: Option<(Vec<u8>, usize, usize)>,
+    pub result: Option<SolveResult>,
+    /// Running time before the current run (across coordinator restarts).
+    pub seconds: f64,
+    /// Time spent building k-PG tables.
+    #[serde(default)]
+    pub kpg_seconds: f64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct LogBody {
+    next_id: u64,
+    jobs: Vec<JobRecord>,
+}
+
+struct WorkerEntry {
+    address: String,
+    incarnation: u64,
+    last_seen: Instant,
+    left: bool,
+    memory: u64,
+    cores: u32,
+    data_dir: String,
+    stats: WorkerStats,
+}
+
+struct JobEntry {
+    rec: JobRecord,
+    /// Stops the engine (cancel or timeout).
+    stop: Arc<AtomicBool>,
+    /// Raised by a client's cancel.
+    cancelled: Arc<AtomicBool>,
+    tx: watch::Sender<JobStatus>,
+    /// When the current run started.
+    run_started: Option<Instant>,
+}
+
+/// The coordinator's state, shared by the service and the job runner.
+pub struct Shared {
+    cfg: CoordinatorConfig,
+    workers: Mutex<BTreeMap<String, WorkerEntry>>,
+    jobs: Mutex<BTreeMap<u64, JobEntry>>,
+    next_id: Mutex<u64>,
+    wake: Notify,
+    clients: WorkerClients,
+    log_lock: Mutex<()>,
+}
+
+fn terminal(state: i32) -> bool {
+    state == JobState::Finished as i32 || state == JobState::Failed as i32 || state == JobState::Cancelled as i32
+}
+
+impl Shared {
+    fn lock_jobs(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, JobEntry>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, WorkerEntry>> {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Node id -> (address, incarnation) of every live worker.
+    pub fn alive(&self) -> BTreeMap<String, (String, u64)> {
+        let t = self.cfg.heartbeat_timeout;
+        self.lock_workers()
+            .iter()
+            .filter(|(_, w)| !w.left && w.last_seen.elapsed() < t)
+            .map(|(id, w)| (id.clone(), (w.address.clone(), w.incarnation)))
+            .collect()
+    }
+
+    /// Last known address of a node, alive or not.
+    pub fn address_of(&self, node: &str) -> Option<String> {
+        self.lock_workers().get(node).map(|w| w.address.clone())
+    }
+
+    fn status_of(e: &JobEntry) -> JobStatus {
+        let r = &e.rec;
+        let seconds = r.seconds + e.run_started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        let front = |i: usize| r.layers[i].last().copied().unwrap_or(0);
+        let side = r.last_side;
+        JobStatus {
+            job_id: r.id,
+            kind: r.kind,
+            state: r.state,
+            title: r.title.clone(),
+            index: r.index,
+            side,
+            layer: r.layers[side as usize & 1].len().saturating_sub(1) as u32,
+            frontier_forward: front(0),
+            frontier_backward: front(1),
+            stored: r.stored,
+            generated: r.generated,
+            seconds,
+            rate: if seconds > 0.0 { r.stored as f64 / seconds } else { 0.0 },
+            memory_bytes: r.memory_bytes,
+            disk_bytes: r.disk_bytes,
+            message: r.message.clone(),
+            result: r.result.clone(),
+            keys_exchanged: r.keys_exchanged,
+            bytes_exchanged: r.bytes_exchanged,
+            forward_layers: r.layers[0].len() as u32,
+            backward_layers: r.layers[1].len() as u32,
+        }
+    }
+
+    /// Changes a job's record, tells its watchers, and persists the log when
+    /// `durable`.
+    pub fn update(&self, id: u64, durable: bool, f: impl FnOnce(&mut JobRecord)) -> Result<(), ClusterError> {
+        {
+            let mut jobs = self.lock_jobs();
+            let e = jobs.get_mut(&id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
+            f(&mut e.rec);
+            e.tx.send_replace(Self::status_of(e));
+        }
+        if durable {
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    pub fn record(&self, id: u64) -> Option<JobRecord> {
+        self.lock_jobs().get(&id).map(|e| e.rec.clone())
+    }
+
+    fn set_running(&self, id: u64, running: bool) {
+        let mut jobs = self.lock_jobs();
+        if let Some(e) = jobs.get_mut(&id) {
+            if running {
+                e.run_started.get_or_insert_with(Instant::now);
+            } else if let Some(s) = e.run_started.take() {
+                e.rec.seconds += s.elapsed().as_secs_f64();
+            }
+            e.tx.send_replace(Self::status_of(e));
+        }
+    }
+
+    /// Rewrites the job log (tmp + rename).
+    pub fn persist(&self) -> Result<(), ClusterError> {
+        let _g = self.log_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let body = {
+            let jobs = self.lock_jobs();
+            LogBody {
+                next_id: *self.next_id.lock().unwrap_or_else(|e| e.into_inner()),
+                jobs: jobs
+                    .values()
+                    .map(|e| {
+                        let mut r = e.rec.clone();
+                        r.seconds += e.run_started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+                        r
+                    })
+                    .collect(),
+            }
+        };
+        persist::write(&self.cfg.data_dir.join("jobs.log"), LOG_MAGIC, LOG_VERSION, &body)
+    }
+
+    fn stop_flags(&self, id: u64) -> Option<(Arc<AtomicBool>, Arc<AtomicBool>)> {
+        self.lock_jobs().get(&id).map(|e| (e.stop.clone(), e.cancelled.clone()))
+    }
+
+    /// The next job to run: the oldest one not finished.
+    fn next_job(&self) -> Option<u64> {
+        self.lock_jobs().values().find(|e| !terminal(e.rec.state)).map(|e| e.rec.id)
+    }
+}
+
+/// The coordinator's gRPC service.
+#[derive(Clone)]
+pub struct CoordinatorService {
+    sh: Arc<Shared>,
+}
+
+type R<T> = Result<Response<T>, Status>;
+
+fn check_version(v: u32, who: &str) -> Result<(), ClusterError> {
+    if v != PROTOCOL_VERSION {
+        return Err(ClusterError::FailedPrecondition(format!(
+            "protocol version mismatch: the {who} speaks version {v}, this coordinator speaks version {PROTOCOL_VERSION}; run the same sokoshard release on every node"
+        )));
+    }
+    Ok(())
+}
+
+impl CoordinatorService {
+    /// Opens the coordinator's state, resuming the jobs of its log.
+    pub fn open(cfg: CoordinatorConfig) -> Result<Self, ClusterError> {
+        std::fs::create_dir_all(&cfg.data_dir)
+            .map_err(|e| ClusterError::io(format!("creating {}", cfg.data_dir.display()), e))?;
+        let body: LogBody = persist::read(&cfg.data_dir.join("jobs.log"), LOG_MAGIC, LOG_VERSION)?.unwrap_or_default();
+        let mut jobs = BTreeMap::new();
+        for mut rec in body.jobs {
+            if !terminal(rec.state) && rec.state != JobState::Queued as i32 {
+                rec.state = JobState::Paused as i32;
+                rec.message = "coordinator restarted; resuming from the last completed layer".into();
+                tracing::info!(job = rec.id, forward = rec.layers[0].len(), backward = rec.layers[1].len(), "job resumes from the log");
+            }
+            let entry = JobEntry {
+                stop: Arc::new(AtomicBool::new(false)),
+                cancelled: Arc::new(AtomicBool::new(false)),
+                tx: watch::channel(JobStatus::default()).0,
+                run_started: None,
+                rec,
+            };
+            entry.tx.send_replace(Shared::status_of(&entry));
+            jobs.insert(entry.rec.id, entry);
+        }
+        let clients = WorkerClients::new(cfg.net.clone());
+        Ok(CoordinatorService {
+            sh: Arc::new(Shared {
+                cfg,
+                workers: Mutex::new(BTreeMap::new()),
+                jobs: Mutex::new(jobs),
+                next_id: Mutex::new(body.next_id.max(1)),
+                wake: Notify::new(),
+                clients,
+                log_lock: Mutex::new(()),
+            }),
+        })
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.sh.clone()
+    }
+
+    /// The service wrapped with the token check and size limits.
+    pub fn server(self, token: &str) -> tonic::service::interceptor::InterceptedService<CoordinatorServer<Self>, CheckToken> {
+        tonic::service::interceptor::InterceptedService::new(
+            CoordinatorServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES),
+            CheckToken::new(token),
+        )
+    }
+}
+
+#[tonic::async_trait]
+impl Coordinator for CoordinatorService {
+    async fn join(&self, req: Request<JoinRequest>) -> R<JoinReply> {
+        let r = req.into_inner();
+        check_version(r.protocol_version, "worker")?;
+        if r.node_id.is_empty() || r.address.is_empty() {
+            return Err(ClusterError::InvalidArgument("a worker joins with a node id and an address".into()).into());
+        }
+        // the worker may be a new process behind an old address: dial afresh
+        self.sh.clients.forget(&r.address);
+        let mut c = self.sh.clients.get(&r.address)?;
+        let hello = tokio::time::timeout(Duration::from_secs(10), c.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }))
+            .await
+            .map_err(|_| ClusterError::Unavailable(format!("the coordinator cannot reach the worker at {}", r.address)))?
+            .map_err(|s| ClusterError::Unavailable(format!("the coordinator cannot reach the worker at {}: {}", r.address, s.message())))?
+            .into_inner();
+        if hello.node_id != r.node_id || hello.incarnation != r.incarnation {
+            return Err(ClusterError::FailedPrecondition(format!(
+                "the worker at {} is {} (incarnation {:x}), not the joining {}",
+                r.address, hello.node_id, hello.incarnation, r.node_id
+            ))
+            .into());
+        }
+        tracing::info!(node = %r.node_id, address = %r.address, memory = r.memory_bytes, cores = r.cores, "worker joined");
+        self.sh.lock_workers().insert(
+            r.node_id.clone(),
+            WorkerEntry {
+                address: r.address,
+                incarnation: r.incarnation,
+                last_seen: Instant::now(),
+                left: false,
+                memory: r.memory_bytes,
+                cores: r.cores,
+                data_dir: r.data_dir,
+                stats: WorkerStats::default(),
+            },
+        );
+        self.sh.wake.notify_one();
+        Ok(Response::new(JoinReply {
+            protocol_version: PROTOCOL_VERSION,
+            heartbeat_millis: self.sh.cfg.heartbeat.as_millis() as u32,
+        }))
+    }
+
+    async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> R<HeartbeatReply> {
+        let r = req.into_inner();
+        let mut ws = self.sh.lock_workers();
+        let known = match ws.get_mut(&r.node_id) {
+            Some(w) if w.incarnation == r.incarnation && !w.left => {
+                w.last_seen = Instant::now();
+                if let Some(s) = r.stats {
+                    w.stats = s;
+                }
+                true
+            }
+            _ => false,
+        };
+        Ok(Response::new(HeartbeatReply { known }))
+    }
+
+    async fn leave(&self, req: Request<LeaveRequest>) -> R<LeaveReply> {
+        let r = req.into_inner();
+        if let Some(w) = self.sh.lock_workers().get_mut(&r.node_id) {
+            if w.incarnation == r.incarnation {
+                w.left = true;
+                tracing::info!(node = %r.node_id, "worker left");
+            }
+        }
+        Ok(Response::new(LeaveReply {}))
+    }
+
+    async fn submit(&self, req: Request<SubmitRequest>) -> R<SubmitReply> {
+        let r = req.into_inner();
+        check_version(r.protocol_version, "client")?;
+        if r.level_text.len() > MAX_LEVEL_TEXT {
+            return Err(ClusterError::TooLarge(format!("a level text of {} bytes (limit {MAX_LEVEL_TEXT})", r.level_text.len())).into());
+        }
+        let kind = JobKind::try_from(r.kind).map_err(|_| ClusterError::InvalidArgument(format!("unknown job kind {}", r.kind)))?;
+        let level = parse_one(&r.level_text, "submitted level").map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
+        Board::new(&level).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
+        let mut options = r.options.unwrap_or_default();
+        if options.partitions == 0 {
+            options.partitions = DEFAULT_PARTITIONS;
+        }
+        if !options.partitions.is_power_of_two() || options.partitions > 1 << 16 {
+            return Err(ClusterError::InvalidArgument(format!("{} partitions: need a power of two up to 65536", options.partitions)).into());
+        }
+        if !(options.timeout >= 0.0 && options.timeout.is_finite()) {
+            return Err(ClusterError::InvalidArgument("the timeout must be a non-negative number of seconds".into()).into());
+        }
+        if options.kpg as usize > crate::engine::kpg::MAX_K || (kind == JobKind::Deadlocks && options.kpg == 0) {
+            return Err(ClusterError::InvalidArgument(format!(
+                "k-PG tables are built for k = 1 to {}",
+                crate::engine::kpg::MAX_K
+            ))
+            .into());
+        }
+        let id = {
+            let mut n = self.sh.next_id.lock().unwrap_or_else(|e| e.into_inner());
+            let id = *n;
+            *n += 1;
+            id
+        };
+        let rec = JobRecord {
+            id,
+            kind: kind as i32,
+            level_text: r.level_text,
+            title: r.title,
+            index: r.index,
+            options,
+            state: JobState::Queued as i32,
+            message: String::new(),
+            nodes: Vec::new(),
+            owners: Vec::new(),
+            layers: [Vec::new(), Vec::new()],
+            stored: 0,
+            generated: 0,
+            expanded: 0,
+            keys_exchanged: 0,
+            bytes_exchanged: 0,
+            memory_bytes: 0,
+            disk_bytes: 0,
+            peak_memory_bytes: 0,
+            last_side: 0,
+            meeting: None,
+            result: None,
+            seconds: 0.0,
+            kpg_seconds: 0.0,
+        };
+        let entry = JobEntry {
+            stop: Arc::new(AtomicBool::new(false)),
+            cancelled: Arc::new(AtomicBool::new(false)),
+            tx: watch::channel(JobStatus::default()).0,
+            run_started: None,
+            rec,
+        };
+        entry.tx.send_replace(Shared::status_of(&entry));
+        self.sh.lock_jobs().insert(id, entry);
+        self.sh.persist()?;
+        tracing::info!(job = id, "job submitted");
+        self.sh.wake.notify_one();
+        Ok(Response::new(SubmitReply { job_id: id }))
+    }
+
+    type WatchStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<JobStatus, Status>> + Send>>;
+
+    async fn watch(&self, req: Request<WatchRequest>) -> R<Self::WatchStream> {
+        let id = req.get_ref().job_id;
+        let mut rx = self
+            .sh
+            .lock_jobs()
+            .get(&id)
+            .map(|e| e.tx.subscribe())
+            .ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
+        let (tx, out) = mpsc::channel(4);
+        let sh = self.sh.clone();
+        tokio::spawn(async move {
+            loop {
+                let mut s = rx.borrow_and_update().clone();
+                if !terminal(s.state) {
+                    // refresh the running time
+                    if let Some(e) = sh.lock_jobs().get(&id) {
+                        s = Shared::status_of(e);
+                    }
+                }
+                let done = terminal(s.state);
+                if tx.send(Ok(s)).await.is_err() || done {
+                    return;
+                }
+                // a change, or a tick so that the client sees time pass
+                let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(out))))
+    }
+
+    async fn cancel(&self, req: Request<CancelRequest>) -> R<CancelReply> {
+        let id = req.get_ref().job_id;
+        let (stop, cancelled) = self.sh.stop_flags(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
+        cancelled.store(true, Ordering::SeqCst);
+        stop.store(true, Ordering::SeqCst);
+        let queued = self.sh.record(id).is_some_and(|r| r.state == JobState::Queued as i32);
+        if queued {
+            self.sh.update(id, true, |r| {
+                r.state = JobState::Cancelled as i32;
+                r.message = "cancelled before it started".into();
+            })?;
+        }
+        tracing::info!(job = id, "job cancel requested");
+        let state = self.sh.record(id).map_or(0, |r| r.state);
+        Ok(Response::new(CancelReply { state }))
+    }
+
+    async fn list_jobs(&self, _req: Request<ListJobsRequest>) -> R<ListJobsReply> {
+        let jobs = self.sh.lock_jobs().values().map(Shared::status_of).collect();
+        Ok(Response::new(ListJobsReply { jobs }))
+    }
+
+    async fn fetch_tables(&self, req: Request<FetchTablesRequest>) -> R<FetchTablesReply> {
+        let id = req.get_ref().job_id;
+        let path = backend::tables_path(&self.sh, id);
+        let p = path.clone();
+        let kdb = match super::run_cpu(move || std::fs::read(&p)).await? {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ClusterError::NotFound(format!("job {id} has no k-PG tables (yet)")).into())
+            }
+            Err(e) => return Err(ClusterError::io(format!("reading {}", path.display()), e).into()),
+        };
+        let stats = backend::read_kpg_stats(&self.sh, id)?
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| KpgStat {
+                k: s.k as u32,
+                forward_states: s.forward_states,
+                backward_states: s.backward_states,
+                forward_patterns: s.forward_patterns as u64,
+                backward_patterns: s.backward_patterns as u64,
+                seconds: s.seconds,
+            })
+            .collect();
+        Ok(Response::new(FetchTablesReply { kdb, stats }))
+    }
+
+    async fn list_workers(&self, _req: Request<ListWorkersRequest>) -> R<ListWorkersReply> {
+        let t = self.sh.cfg.heartbeat_timeout;
+        let workers = self
+            .sh
+            .lock_workers()
+            .iter()
+            .map(|(id, w)| WorkerInfo {
+                node_id: id.clone(),
+                address: w.address.clone(),
+                alive: !w.left && w.last_seen.elapsed() < t,
+                memory_bytes: w.memory,
+                cores: w.cores,
+                data_dir: w.data_dir.clone(),
+                stats: Some(w.stats),
+                seconds_since_heartbeat: w.last_seen.elapsed().as_secs_f64(),
+            })
+            .collect();
+        Ok(Response::new(ListWorkersReply { workers }))
+    }
+}
+
+/// Runs the coordinator until the process ends.
+pub async fn serve(cfg: CoordinatorConfig) -> Result<(), ClusterError> {
+    let svc = CoordinatorService::open(cfg.clone())?;
+    let sh = svc.shared();
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| ClusterError::io(format!("listening on {}", cfg.listen), e))?;
+    tracing::info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "coordinator listening");
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = cfg.net.server_tls()? {
+        builder = builder.tls_config(tls)?;
+    }
+    // one service per node: served directly, no router
+    let server = builder.serve_with_incoming(svc.server(&cfg.net.token), tokio_stream::wrappers::TcpListenerStream::new(listener));
+    let runner = tokio::spawn(run_jobs(sh));
+    let r = server.await;
+    runner.abort();
+    r.map_err(ClusterError::from)
+}
+
+/// The scheduler: runs the oldest unfinished job, one at a time, on a blocking
+/// thread (the search loop is synchronous and calls the workers through the
+/// runtime handle).
+async fn run_jobs(sh: Arc<Shared>) {
+    loop {
+        let Some(id) = sh.next_job() else {
+            let _ = tokio::time::timeout(Duration::from_secs(1), sh.wake.notified()).await;
+            continue;
+        };
+        let handle = tokio::runtime::Handle::current();
+        let s = sh.clone();
+        let r = tokio::task::spawn_blocking(move || backend::run_job(&s, id, &handle)).await;
+        if let Err(e) = r {
+            tracing::error!(job = id, error = %e, "job runner crashed");
+            let _ = sh.update(id, true, |r| {
+                r.state = JobState::Failed as i32;
+                r.message = format!("internal error: job runner crashed: {e}");
+            });
+        }
+    }
+}

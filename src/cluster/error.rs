@@ -1,0 +1,100 @@
+//! The cluster's error kinds and their one mapping to gRPC status codes.
+
+use crate::engine::EngineError;
+use crate::storage::StorageError;
+use tonic::{Code, Status};
+
+/// Everything that can go wrong in the cluster room.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// Missing or wrong cluster token.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// Another protocol version, or a request that does not fit the node's state.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// A malformed request: bad level text, bad key bytes, unknown enum values.
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
+    /// A message or payload over the explicit limits.
+    #[error("too large: {0}")]
+    TooLarge(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A fenced request of an older layer step.
+    #[error("stale request: {0}")]
+    Stale(String),
+    /// A checkpoint the job needs is missing or corrupt.
+    #[error("data lost: {0}")]
+    DataLoss(String),
+    /// A node cannot be reached.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// An RPC to `addr` failed with `status`.
+    #[error("{what} ({addr}): {}: {}", .status.code(), .status.message())]
+    Rpc { what: String, addr: String, status: Status },
+    #[error("cancelled")]
+    Cancelled,
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("{0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ClusterError {
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        ClusterError::Io { what: what.into(), source }
+    }
+
+    /// The gRPC code this error maps to.
+    pub fn code(&self) -> Code {
+        match self {
+            ClusterError::Unauthenticated(_) => Code::Unauthenticated,
+            ClusterError::FailedPrecondition(_) => Code::FailedPrecondition,
+            ClusterError::InvalidArgument(_) => Code::InvalidArgument,
+            ClusterError::TooLarge(_) => Code::ResourceExhausted,
+            ClusterError::NotFound(_) => Code::NotFound,
+            ClusterError::Stale(_) => Code::Aborted,
+            ClusterError::DataLoss(_) => Code::DataLoss,
+            ClusterError::Unavailable(_) | ClusterError::Transport(_) => Code::Unavailable,
+            ClusterError::Rpc { status, .. } => status.code(),
+            ClusterError::Cancelled => Code::Cancelled,
+            ClusterError::Storage(e) if e.is_disk_full() => Code::ResourceExhausted,
+            ClusterError::Storage(StorageError::Io { .. }) | ClusterError::Io { .. } => Code::Internal,
+            ClusterError::Storage(_) => Code::DataLoss,
+            ClusterError::Engine(EngineError::Storage(_)) | ClusterError::Engine(_) => Code::Internal,
+            ClusterError::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// True when the error means a node went away (the job pauses and retries)
+    /// rather than that the job itself is wrong (the job fails).
+    pub fn is_node_fault(&self) -> bool {
+        matches!(
+            self.code(),
+            Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded | Code::Aborted | Code::Unknown
+        )
+    }
+}
+
+impl From<ClusterError> for Status {
+    fn from(e: ClusterError) -> Status {
+        match e {
+            // pass a remote status through with its own code and message
+            ClusterError::Rpc { what, addr, status } => {
+                Status::new(status.code(), format!("{what} ({addr}): {}", status.message()))
+            }
+            e => Status::new(e.code(), e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Small durable files of the cluster (a worker's checkpoint manifest, the
+//! coordinator's job log): `magic (8) | version u32 | body length u64 | xxh3-64 of
+//! the body u64 | body (JSON)`, all little-endian, written to `<path>.tmp`, fsynced
+//! and renamed over `<path>`, so a crash leaves the old file or the new one, and
+//! a torn or corrupted file is reported, never half-read.
+
+use super::ClusterError;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::Path;
+use xxhash_rust::xxh3::xxh3_64;
+
+const HEADER: usize = 28;
+
+/// Writes `value` durably at `path`.
+pub fn write<T: serde::Serialize>(path: &Path, magic: &[u8; 8], version: u32, value: &T) -> Result<(), ClusterError> {
+    let body = serde_json::to_vec(value).map_err(|e| ClusterError::Internal(format!("encoding {}: {e}", path.display())))?;
+    let mut buf = Vec::with_capacity(HEADER + body.len());
+    buf.extend_from_slice(magic);
+    buf.extend_from_slice(&version.to_le_bytes());
+    buf.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    buf.extend_from_slice(&xxh3_64(&body).to_le_bytes());
+    buf.extend_from_slice(&body);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let io = |what: &str, e| ClusterError::io(format!("{what} {}", tmp.display()), e);
+    let mut f = File::create(&tmp).map_err(|e| io("creating", e))?;
+    f.write_all(&buf).map_err(|e| io("writing", e))?;
+    f.sync_all().map_err(|e| io("syncing", e))?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(|e| ClusterError::io(format!("renaming {} to {}", tmp.display(), path.display()), e))?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Reads a file written by [`write`]; `Ok(None)` when it does not exist. A bad
+/// magic, version, length or checksum is [`ClusterError::DataLoss`].
+pub fn read<T: serde::de::DeserializeOwned>(path: &Path, magic: &[u8; 8], version: u32) -> Result<Option<T>, ClusterError> {
+    let buf = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ClusterError::io(format!("reading {}", path.display()), e)),
+    };
+    let bad = |why: String| ClusterError::DataLoss(format!("{}: {why}", path.display()));
+    if buf.len() < HEADER {
+        return Err(bad(format!("truncated ({} bytes)", buf.len())));
+    }
+    if &buf[..8] != magic {
+        return Err(bad("bad magic bytes".into()));
+    }
+    let v = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes"));
+    if v != version {
+        return Err(bad(format!("format version {v} is not supported (this build reads version {version})")));
+    }
+    let len = u64::from_le_bytes(buf[12..20].try_into().expect("8 bytes"));
+    let sum = u64::from_le_bytes(buf[20..28].try_into().expect("8 bytes"));
+    let body = &buf[HEADER..];
+    if body.len() as u64 != len {
+        return Err(bad(format!("body is {} bytes, header says {len}", body.len())));
+    }
+    if xxh3_64(body) != sum {
+        return Err(bad("checksum mismatch".into()));
+    }
+    serde_json::from_slice(body).map(Some).map_err(|e| bad(format!("undecodable: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_corruption_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        assert!(read::<Vec<u32>>(&p, b"TESTTEST", 1).unwrap().is_none());
+        write(&p, b"TESTTEST", 1, &vec![1u32, 2, 3]).unwrap();
+        assert_eq!(read::<Vec<u32>>(&p, b"TESTTEST", 1).unwrap(), Some(vec![1, 2, 3]));
+        assert!(read::<Vec<u32>>(&p, b"TESTTEST", 2).is_err());
+        assert!(read::<Vec<u32>>(&p, b"OTHERMAG", 1).is_err());
+        let mut b = std::fs::read(&p).unwrap();
+        let n = b.len();
+        b[n - 2] ^= 1;
+        std::fs::write(&p, &b).unwrap();
+        assert!(matches!(read::<Vec<u32>>(&p, b"TESTTEST", 1), Err(ClusterError::DataLoss(_))));
+    }
+}

@@ -1,0 +1,550 @@
+//! The cluster end to end: a coordinator and workers as separate processes on
+//! 127.0.0.1 ports chosen at run time, solving levels like local mode does,
+//! surviving a SIGKILLed worker and a restarted coordinator, refusing wrong
+//! tokens, other protocol versions and malformed requests, and speaking TLS.
+//! Every wait is bounded and every child is killed by a guard.
+
+use crate::common::{repo, truth};
+use sokoshard::cluster::net::{AttachToken, NetConfig, TlsFiles};
+use sokoshard::cluster::proto::coordinator_client::CoordinatorClient;
+use sokoshard::cluster::proto::*;
+use sokoshard::cluster::PROTOCOL_VERSION;
+use sokoshard::model::level::split_collection;
+use sokoshard::model::solution::verify;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sokoshard");
+const MICROBAN: &str = "levels/Microban_155.xsb";
+const TOKEN: &str = "test-token";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+struct Proc {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL on unix
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A coordinator and its workers in a temporary folder.
+struct Cluster {
+    dir: tempfile::TempDir,
+    addr: String,
+    coordinator: Proc,
+    coordinator_args: Vec<String>,
+    workers: Vec<Proc>,
+    tls: Vec<String>,
+}
+
+fn spawn(args: &[String], log: &Path) -> Proc {
+    let f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let child = Command::new(BIN)
+        .args(args)
+        .env("SOKOSHARD_LOG", "info")
+        .env_remove("SOKOSHARD_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(f)
+        .spawn()
+        .expect("start sokoshard");
+    Proc { child: Some(child), log: log.to_path_buf() }
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+impl Cluster {
+    /// A coordinator with `extra` arguments and no workers yet.
+    fn start(extra: &[&str], tls: &[String]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut args = s(&["coordinator", "--listen", &addr, "--token", TOKEN, "--heartbeat-ms", "200"]);
+        args.extend(s(&["--data-dir", dir.path().join("coordinator").to_str().unwrap()]));
+        args.extend(s(extra));
+        args.extend(tls.iter().cloned());
+        let coordinator = spawn(&args, &dir.path().join("coordinator.log"));
+        let mut c = Cluster { dir, addr, coordinator, coordinator_args: args, workers: Vec::new(), tls: tls.to_vec() };
+        c.wait_listening();
+        c
+    }
+
+    fn wait_listening(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&self.addr).is_err() {
+            assert!(Instant::now() < deadline, "coordinator did not listen:\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn worker_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("worker{i}"))
+    }
+
+    /// Starts worker `i` (its data dir is fixed by `i`) on a fresh port.
+    fn start_worker(&mut self, i: usize) -> usize {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut args = s(&["worker", "--join", &self.addr, "--listen", &addr, "--token", TOKEN]);
+        args.extend(s(&["--mem", "256M", "--threads", "1", "--data-dir", self.worker_dir(i).to_str().unwrap()]));
+        args.extend(self.tls.iter().cloned());
+        let p = spawn(&args, &self.dir.path().join(format!("worker{i}.log")));
+        if i < self.workers.len() {
+            self.workers[i] = p;
+        } else {
+            self.workers.push(p);
+        }
+        i
+    }
+
+    fn restart_coordinator(&mut self) {
+        self.coordinator.kill();
+        self.coordinator = spawn(&self.coordinator_args, &self.dir.path().join("coordinator.log"));
+        self.wait_listening();
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .args(["--coordinator", &self.addr, "--token", TOKEN])
+            .args(&self.tls)
+            .env_remove("SOKOSHARD_TOKEN")
+            .output()
+            .unwrap()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let o = self.cli(&["status", "--json"]);
+        assert_eq!(o.status.code(), Some(0), "status failed: {}\n{}", String::from_utf8_lossy(&o.stderr), self.logs());
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    /// Waits (bounded) until `pred` holds for the status.
+    fn wait_for(&self, what: &str, secs: u64, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let st = self.status();
+            if pred(&st) {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; last status {st}\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_workers(&self, n: usize) {
+        self.wait_for(&format!("{n} live workers"), 30, |st| {
+            st["workers"].as_array().unwrap().iter().filter(|w| w["alive"] == true).count() >= n
+        });
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for p in std::iter::once(&self.coordinator).chain(&self.workers) {
+            let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            out += &format!("--- {}\n", p.log.display());
+            for l in tail.into_iter().rev() {
+                out += l;
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+fn job(st: &serde_json::Value, id: u64) -> serde_json::Value {
+    st["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id).cloned().unwrap_or_default()
+}
+
+fn layers_done(j: &serde_json::Value) -> u64 {
+    j["forward_layers"].as_u64().unwrap_or(0) + j["backward_layers"].as_u64().unwrap_or(0)
+}
+
+fn local_solve(file: &Path, levels: &str) -> Vec<serde_json::Value> {
+    let o = Command::new(BIN).args(["solve", file.to_str().unwrap(), "--levels", levels, "--json"]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn submit_detached(c: &Cluster, level: &str) -> u64 {
+    let o = c.cli(&["submit", repo(MICROBAN).to_str().unwrap(), "--level", level, "--detach"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    out.trim().strip_prefix("job ").and_then(|r| r.split(':').next()).unwrap().parse().unwrap()
+}
+
+fn check_solution(level: usize, solution: &str, pushes: u64) {
+    let text = std::fs::read_to_string(repo(MICROBAN)).unwrap();
+    let all = split_collection(&text, MICROBAN);
+    let v = verify(&all[level - 1].parse().unwrap(), solution);
+    assert!(v.valid, "level {level}: the cluster's solution does not verify: {v:?}");
+    assert_eq!(v.pushes as u64, pushes, "level {level}");
+}
+
+#[test]
+fn cluster_of_three_solves_like_local_mode() {
+    let mut c = Cluster::start(&["--min-workers", "3"], &[]);
+    for i in 0..3 {
+        c.start_worker(i);
+    }
+    c.wait_workers(3);
+    let file = repo(MICROBAN);
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--levels", "1-12", "--json", "--partitions", "16"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let got: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let local = local_solve(&file, "1-12");
+    let truth = truth();
+    assert_eq!(got.len(), 12);
+    for (g, l) in got.iter().zip(&local) {
+        let level = g["level"].as_u64().unwrap() as usize;
+        assert_eq!(g["status"], "solved", "level {level}: {g}");
+        assert_eq!(g["pushes"], l["pushes"], "level {level}: cluster vs local");
+        assert_eq!(g["pushes"].as_u64().unwrap() as usize, truth[level - 1].1, "level {level}: known optimum");
+        // same engine, same deterministic meeting and rebuild: the same solution
+        assert_eq!(g["solution"], l["solution"], "level {level}");
+        assert_eq!(g["states"], l["states"], "level {level}");
+        check_solution(level, g["solution"].as_str().unwrap(), g["pushes"].as_u64().unwrap());
+    }
+    // the work was spread: every worker held partitions and sent successors
+    let st = c.status();
+    for w in st["workers"].as_array().unwrap() {
+        assert!(w["keys_sent"].as_u64().unwrap() > 0, "worker sent nothing: {w}");
+        // successors of its own partitions never left the process
+        assert!(w["keys_local"].as_u64().unwrap() > 0, "worker kept nothing local: {w}");
+    }
+}
+
+#[test]
+fn cluster_handles_wide_keys() {
+    // 20 boxes on a 10x10 floor: the rank needs a u128 key; one push solves it
+    let mut rows = vec!["############".to_string()];
+    for y in 0..10 {
+        let mut r = String::from("#");
+        for x in 0..10 {
+            r.push(match (x, y) {
+                (0, 0) => '@',
+                (1, 9) => '$',
+                (2, 9) => '.',
+                (x, y) if (2..=5).contains(&y) && (2..7).contains(&x) => '*',
+                (x, y) if y == 7 && x >= 8 => '*',
+                _ => ' ',
+            });
+        }
+        r.push('#');
+        rows.push(r);
+    }
+    rows.push("############".to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("wide.xsb");
+    std::fs::write(&file, rows.join("\n") + "\n").unwrap();
+    let local = local_solve(&file, "1-1");
+    assert_eq!(local[0]["key"], "U128", "the test level must need wide keys: {}", local[0]);
+    let mut c = Cluster::start(&["--min-workers", "2"], &[]);
+    c.start_worker(0);
+    c.start_worker(1);
+    c.wait_workers(2);
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "1", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(g["pushes"], local[0]["pushes"]);
+    assert_eq!(g["solution"], local[0]["solution"]);
+    assert_eq!(g["key"], "U128");
+}
+
+#[test]
+fn a_killed_worker_comes_back_and_the_job_finishes_with_the_same_answer() {
+    let mut c = Cluster::start(&["--min-workers", "3", "--layer-delay-ms", "250", "--heartbeat-timeout", "1.5"], &[]);
+    for i in 0..3 {
+        c.start_worker(i);
+    }
+    c.wait_workers(3);
+    let id = submit_detached(&c, "3"); // 13 pushes, 23 layers
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 4 && job(st, id)["state"] == "running");
+    c.workers[1].kill(); // SIGKILL mid-job
+    let st = c.wait_for("the job to pause", 30, |st| job(st, id)["state"] == "paused");
+    assert!(job(&st, id)["message"].as_str().unwrap().contains("worker"), "{st}");
+    // same data dir, another port: the node id in the data dir brings its partitions back
+    c.start_worker(1);
+    let st = c.wait_for("the job to finish", 90, |st| {
+        let j = job(st, id);
+        j["state"] == "finished" || j["state"] == "failed"
+    });
+    let j = job(&st, id);
+    assert_eq!(j["state"], "finished", "{j}\n{}", c.logs());
+    assert_eq!(j["result"]["status"], "solved");
+    assert_eq!(j["result"]["pushes"], 13);
+    check_solution(3, j["result"]["solution"].as_str().unwrap(), 13);
+    let local = local_solve(&repo(MICROBAN), "3-3");
+    assert_eq!(j["result"]["solution"], local[0]["solution"]);
+    assert_eq!(j["result"]["states"], local[0]["states"]);
+    let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
+    assert!(log.contains("job resumes from the last completed layer"), "{}", c.logs());
+}
+
+#[test]
+fn a_restarted_coordinator_resumes_its_job_from_the_log() {
+    let mut c = Cluster::start(&["--min-workers", "3", "--layer-delay-ms", "250"], &[]);
+    for i in 0..3 {
+        c.start_worker(i);
+    }
+    c.wait_workers(3);
+    // a client follows the job across the restart
+    let mut client = Command::new(BIN)
+        .args(["submit", repo(MICROBAN).to_str().unwrap(), "--level", "3", "--json"])
+        .args(["--coordinator", &c.addr, "--token", TOKEN])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = 1;
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 5);
+    c.restart_coordinator();
+    c.wait_workers(3);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(s) = client.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = client.kill();
+            panic!("the client did not finish\n{}", c.logs());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = client.wait_with_output().unwrap();
+    assert!(status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(g["pushes"], 13);
+    check_solution(3, g["solution"].as_str().unwrap(), 13);
+    let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
+    assert!(log.contains("job resumes from the log"), "{}", c.logs());
+    let local = local_solve(&repo(MICROBAN), "3-3");
+    assert_eq!(g["solution"], local[0]["solution"]);
+    assert_eq!(g["states"], local[0]["states"]);
+}
+
+#[test]
+fn wrong_or_missing_tokens_and_other_protocol_versions_are_refused() {
+    let mut c = Cluster::start(&[], &[]);
+    // a client with a wrong token
+    let o = Command::new(BIN)
+        .args(["status", "--coordinator", &c.addr, "--token", "not-the-token"])
+        .env_remove("SOKOSHARD_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unauthenticated") || err.contains("Unauthenticated"), "{err}");
+    assert!(err.contains("wrong cluster token"), "{err}");
+    // a worker with a wrong token stops with a clear message
+    let waddr = format!("127.0.0.1:{}", free_port());
+    let o = Command::new(BIN)
+        .args(["worker", "--join", &c.addr, "--listen", &waddr, "--token", "nope", "--threads", "1"])
+        .args(["--data-dir", c.dir.path().join("intruder").to_str().unwrap()])
+        .env_remove("SOKOSHARD_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refused") && err.contains("wrong cluster token"), "{err}");
+    c.start_worker(0);
+    c.wait_workers(1);
+    let st = c.status();
+    assert_eq!(st["workers"].as_array().unwrap().len(), 1, "the intruder must not be listed: {st}");
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let addr = c.addr.clone();
+    rt.block_on(async move {
+        // no token at all
+        let mut raw = CoordinatorClient::connect(format!("http://{addr}")).await.unwrap();
+        let e = raw.list_jobs(ListJobsRequest {}).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        // the right token, another protocol version
+        let mut ok = NetConfig::new(TOKEN).coordinator_client(&addr).unwrap();
+        let e = ok
+            .join(JoinRequest {
+                protocol_version: PROTOCOL_VERSION + 1,
+                node_id: "w-x".into(),
+                address: "127.0.0.1:1".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("protocol version"), "{}", e.message());
+        let e = ok
+            .submit(SubmitRequest { protocol_version: 0, level_text: "#####\n#@$.#\n#####\n".into(), ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    });
+}
+
+#[test]
+fn malformed_and_oversized_requests_get_error_statuses() {
+    let mut c = Cluster::start(&[], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let st = c.status();
+    let waddr = st["workers"][0]["address"].as_str().unwrap().to_string();
+    let addr = c.addr.clone();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let net = NetConfig::new(TOKEN);
+        let mut co = net.coordinator_client(&addr).unwrap();
+        let submit = |text: String| SubmitRequest { protocol_version: PROTOCOL_VERSION, level_text: text, ..Default::default() };
+        // bad level text
+        let e = co.submit(submit("#####\n#@$ #\n#####\n".into())).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        let e = co.submit(submit("hello".into())).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        // over the level limit, and over the message limit
+        let e = co.submit(submit("#".repeat(2 << 20))).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+        // a client that lets itself send 64 MiB: the server refuses past its 16 MiB
+        let mut big = CoordinatorClient::with_interceptor(net.channel(&addr).unwrap(), AttachToken::new(TOKEN).unwrap())
+            .max_encoding_message_size(64 << 20);
+        let e = big.submit(submit("#".repeat(20 << 20))).await.unwrap_err();
+        assert!(matches!(e.code(), tonic::Code::ResourceExhausted | tonic::Code::OutOfRange), "{e:?}");
+        // bad partitions
+        let mut r = submit("#####\n#@$.#\n#####\n".into());
+        r.options = Some(JobOptions { partitions: 3, ..Default::default() });
+        assert_eq!(co.submit(r).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+        // a worker, called directly: a job with this worker owning half the partitions
+        let mut w = net.worker_client(&waddr).unwrap();
+        let hello = w.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }).await.unwrap().into_inner();
+        let table = PartitionTable {
+            nodes: vec![hello.node_id.clone(), "w-other".into()],
+            addresses: vec![waddr.clone(), "127.0.0.1:1".into()],
+            owners: vec![0, 1, 0, 1],
+        };
+        let load = LoadRequest {
+            protocol_version: PROTOCOL_VERSION,
+            job_id: 4242,
+            level_text: "#######\n#@ $ .#\n#######\n".into(),
+            options: Some(JobOptions::default()),
+            table: Some(table.clone()),
+            ..Default::default()
+        };
+        w.load(load.clone()).await.unwrap();
+        let e = w.lookup(LookupRequest { job_id: 4242, side: 0, layer: 0, keys: vec![1, 2, 3] }).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        let e = w.seed(SeedRequest { job_id: 4242, side: 7, keys: vec![] }).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        // keys of partitions this worker does not own
+        let keys: Vec<u8> = (0u64..64).flat_map(|k| k.to_le_bytes()).collect();
+        let e = w.seed(SeedRequest { job_id: 4242, side: 0, keys }).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        // garbage successor batches
+        let batches = vec![KeyBatch { job_id: 4242, step: 1, partition: 0, count: 10, data: vec![9; 40] }];
+        let e = w.deliver(tokio_stream::iter(batches)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        let batches = vec![KeyBatch { job_id: 4242, step: 1, partition: 99, count: 1, data: vec![] }];
+        assert_eq!(w.deliver(tokio_stream::iter(batches)).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+        let batches = vec![KeyBatch { job_id: 4242, step: 1, partition: 0, count: 1 << 30, data: vec![] }];
+        assert_eq!(w.deliver(tokio_stream::iter(batches)).await.unwrap_err().code(), tonic::Code::ResourceExhausted);
+        // a malformed table
+        let mut bad = load.clone();
+        bad.table = Some(PartitionTable { owners: vec![0, 5, 0, 1], ..table.clone() });
+        assert_eq!(w.load(bad).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+        // resuming from a checkpoint that is not there: data loss, said plainly
+        let mut gone = load.clone();
+        gone.job_id = 4343;
+        gone.forward_layers = 3;
+        let e = w.load(gone).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::DataLoss, "{e:?}");
+        assert!(e.message().contains("the data is gone"), "{}", e.message());
+        // and the worker is still there
+        w.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }).await.unwrap();
+    });
+    assert!(c.workers[0].child.as_mut().unwrap().try_wait().unwrap().is_none(), "the worker died\n{}", c.logs());
+}
+
+#[test]
+fn tls_cluster_solves_and_plain_clients_are_turned_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let tls = s(&["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    let mut c = Cluster::start(&[], &tls);
+    c.start_worker(0);
+    c.wait_workers(1);
+    // a client that trusts the CA
+    let o = Command::new(BIN)
+        .args(["submit", repo(MICROBAN).to_str().unwrap(), "--level", "2", "--json"])
+        .args(["--coordinator", &c.addr, "--token", TOKEN, "--tls-ca", cert.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(g["pushes"], 3);
+    // a plain-text client gets nowhere
+    let o = Command::new(BIN).args(["status", "--coordinator", &c.addr, "--token", TOKEN]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    // the library's client with the CA
+    let addr = c.addr.clone();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let mut net = NetConfig::new(TOKEN);
+        net.tls = Some(TlsFiles { ca: Some(cert.clone()), ..Default::default() });
+        let mut co = net.coordinator_client(&addr).unwrap();
+        co.list_workers(ListWorkersRequest {}).await.unwrap();
+    });
+}
+
+#[test]
+fn k_pg_tables_built_on_the_cluster_match_local_ones_and_jobs_use_them() {
+    let mut c = Cluster::start(&["--min-workers", "2"], &[]);
+    c.start_worker(0);
+    c.start_worker(1);
+    c.wait_workers(2);
+    let file = repo(MICROBAN);
+    let local_db = c.dir.path().join("local.kdb");
+    let cluster_db = c.dir.path().join("cluster.kdb");
+    let o = Command::new(BIN)
+        .args(["deadlocks", "build", file.to_str().unwrap(), "--level", "10", "--k", "2", "-o", local_db.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = c.cli(&["deadlocks", "build", file.to_str().unwrap(), "--level", "10", "--k", "2", "-o", cluster_db.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    // the same k-games played by the same engine: the same database, byte for byte
+    assert_eq!(std::fs::read(&local_db).unwrap(), std::fs::read(&cluster_db).unwrap());
+    // a job that uses k-PG tables finds what local mode finds with them
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--levels", "10-12", "--kpg", "2", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let got: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let o = Command::new(BIN).args(["solve", file.to_str().unwrap(), "--levels", "10-12", "--kpg", "2", "--json"]).output().unwrap();
+    let local: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(got.len(), 3);
+    for (g, l) in got.iter().zip(&local) {
+        let level = g["level"].as_u64().unwrap() as usize;
+        assert_eq!(g["pushes"], l["pushes"], "level {level}");
+        assert_eq!(g["states"], l["states"], "level {level}: the tables prune the same states");
+        assert_eq!(g["solution"], l["solution"], "level {level}");
+        assert!(g["kpg_seconds"].as_f64().unwrap() > 0.0, "{g}");
+        check_solution(level, g["solution"].as_str().unwrap(), g["pushes"].as_u64().unwrap());
+    }
+}
