@@ -7,6 +7,10 @@ use sokoshard::model::board::Board;
 use sokoshard::model::level::{Level, LevelText};
 use sokoshard::model::rules::Pruning;
 use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
+use sokoshard::storage::budget::parse_size;
+use sokoshard::storage::disk::SpillPolicy;
+use sokoshard::storage::spill::check_spill_base;
+use sokoshard::sys::{human_bytes, peak_rss_bytes};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,6 +22,7 @@ use std::time::{Duration, Instant};
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 #[derive(clap::Args)]
+#[command(group = clap::ArgGroup::new("spill").args(["mem", "spill_dir"]).multiple(true))]
 pub struct SolveArgs {
     /// Collection file (XSB/SOK), or - for standard input.
     pub file: PathBuf,
@@ -32,9 +37,25 @@ pub struct SolveArgs {
     /// Stop a level (status `limit`) once this many states are stored.
     #[arg(long)]
     pub max_states: Option<u64>,
-    /// Number of state partitions (a power of two).
+    /// Number of state partitions (a power of two). With --mem or --spill-dir
+    /// this is a minimum: the budget asks for at least 64 per thread.
     #[arg(long, default_value_t = 64)]
     pub partitions: usize,
+    /// Memory budget for states and successors, e.g. 512MiB, 8GiB, 1.5GB or a
+    /// byte count; what does not fit spills to disk. Default with --spill-dir:
+    /// half of the machine's memory. Without either, everything stays in RAM.
+    #[arg(long, value_name = "SIZE", value_parser = parse_mem)]
+    pub mem: Option<u64>,
+    /// Existing directory to spill under (a fresh subdirectory is created in it
+    /// per level). Default with --mem: the system temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
+    /// Keep the spill files after each level instead of removing them.
+    #[arg(long, requires = "spill")]
+    pub keep_spill: bool,
+    /// Which layers stay in RAM when they do not all fit (oldest, newest, none).
+    #[arg(long, value_name = "POLICY", default_value = "oldest", value_parser = parse_policy, hide = true)]
+    pub spill_policy: SpillPolicy,
     /// Turn off freeze-deadlock pruning (dead squares stay on).
     #[arg(long)]
     pub no_freeze: bool,
@@ -44,6 +65,19 @@ pub struct SolveArgs {
     /// Write the levels with their solutions in SOK form to this file.
     #[arg(long)]
     pub output: Option<PathBuf>,
+}
+
+fn parse_mem(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_policy(s: &str) -> Result<SpillPolicy, String> {
+    match s {
+        "oldest" => Ok(SpillPolicy::KeepOldest),
+        "newest" => Ok(SpillPolicy::KeepNewest),
+        "none" => Ok(SpillPolicy::AllToDisk),
+        _ => Err(format!("{s:?}: expected oldest, newest or none")),
+    }
 }
 
 struct Outcome {
@@ -62,6 +96,9 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(t) = args.timeout {
         anyhow::ensure!(t > 0.0 && t.is_finite(), "--timeout must be a positive number of seconds");
     }
+    if let Some(dir) = &args.spill_dir {
+        check_spill_base(dir)?;
+    }
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
     let picked = args.select.pick(&all, &source)?;
@@ -74,6 +111,10 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         pruning: Pruning { dead_squares: true, freeze: !args.no_freeze },
         max_states: args.max_states,
         patterns: None,
+        memory_budget: args.mem,
+        spill_dir: args.spill_dir.clone(),
+        keep_spill: args.keep_spill,
+        spill_policy: args.spill_policy,
     };
     let started = Instant::now();
     let mut outcomes = Vec::new();
@@ -158,13 +199,22 @@ fn print_outcome(o: &Outcome, json: bool) {
     let mut out = stdout.lock();
     if json {
         let v = match (&o.report, &o.error) {
-            (Some(r), _) => serde_json::json!({
-                "level": o.text.index, "title": o.text.title, "status": r.status,
-                "pushes": r.pushes, "moves": r.moves, "solution": r.solution,
-                "states": r.states, "generated": r.generated, "seconds": r.seconds,
-                "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
-                "peak_memory_bytes": r.peak_memory_bytes, "key": r.key_width, "reason": r.reason,
-            }),
+            (Some(r), _) => {
+                let mut v = serde_json::json!({
+                    "level": o.text.index, "title": o.text.title, "status": r.status,
+                    "pushes": r.pushes, "moves": r.moves, "solution": r.solution,
+                    "states": r.states, "generated": r.generated, "seconds": r.seconds,
+                    "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
+                    "peak_memory_bytes": r.peak_memory_bytes, "key": r.key_width, "reason": r.reason,
+                    "peak_rss_bytes": peak_rss_bytes(),
+                });
+                if let (Some(st), Some(obj)) = (&r.storage, v.as_object_mut()) {
+                    if let Ok(serde_json::Value::Object(extra)) = serde_json::to_value(st) {
+                        obj.extend(extra);
+                    }
+                }
+                v
+            }
             (None, err) => serde_json::json!({
                 "level": o.text.index, "title": o.text.title, "status": "error",
                 "pushes": null, "moves": null, "solution": null, "states": 0, "seconds": 0.0,
@@ -197,6 +247,21 @@ fn print_outcome(o: &Outcome, json: bool) {
                 "  states: {} stored, {} generated; {:.3} s",
                 r.states, r.generated, r.seconds
             );
+            if let Some(st) = &r.storage {
+                let per = if st.disk_states > 0 { st.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
+                let _ = writeln!(
+                    out,
+                    "  disk: {} for {} states on disk ({per:.2} B/state), peak {}; budget {}, peak RSS {}",
+                    human_bytes(st.disk_bytes),
+                    st.disk_states,
+                    human_bytes(st.peak_disk_bytes),
+                    human_bytes(st.memory_budget_bytes),
+                    human_bytes(peak_rss_bytes())
+                );
+                if let Some(dir) = &st.spill_dir {
+                    let _ = writeln!(out, "  spill files kept in {}", dir.display());
+                }
+            }
         }
         (None, Some(e)) => {
             let _ = writeln!(out, "level {} ({}): error: {e}", o.text.index, o.text.title);

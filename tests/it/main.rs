@@ -1,6 +1,7 @@
 //! The one integration-test binary: the CLI end to end, the rules as properties,
-//! and the engine against a plain forward BFS.
+//! the engine against a plain forward BFS, and solving under a memory budget.
 mod cli;
 mod common;
 mod engine;
 mod rules;
+mod storage;
