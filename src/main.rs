@@ -21,6 +21,12 @@ enum Command {
     Verify(cli::levels::VerifyArgs),
     /// Solve levels push-optimally on this machine.
     Solve(cli::solve::SolveArgs),
+    /// Measurements for the README (each run a child process).
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
+    /// Build or inspect k-packet-game deadlock databases.
+    #[command(subcommand)]
+    Deadlocks(cli::deadlocks::DeadlocksCommand),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +41,8 @@ fn main() -> ExitCode {
         Command::Levels(a) => cli::levels::run_levels(a),
         Command::Verify(a) => cli::levels::run_verify(a),
         Command::Solve(a) => cli::solve::run(a),
+        Command::Deadlocks(c) => cli::deadlocks::run(c),
+        Command::Bench(c) => cli::bench::run(c),
     };
     match result {
         Ok(code) => code,

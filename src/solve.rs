@@ -99,9 +99,8 @@ pub struct StorageReport {
     pub memory_budget_bytes: u64,
     /// Partitions used (the budget may raise the requested count).
     pub partitions: usize,
-    /// Bytes of layer shard files at the end.
-    pub disk_bytes: u64,
-    /// States held in those shard files.
+    /// States held in layer shard files at the end (their bytes are the
+    /// report's `disk_bytes`).
     pub disk_states: u64,
     /// Most bytes on disk at once: layer shards plus successor runs.
     pub peak_disk_bytes: u64,
@@ -123,9 +122,15 @@ pub struct SolveReport {
     pub states: u64,
     pub generated: u64,
     pub seconds: f64,
+    /// Of `seconds`, the time spent building k-PG tables.
+    pub kpg_seconds: f64,
     pub forward_layers: usize,
     pub backward_layers: usize,
     pub peak_memory_bytes: u64,
+    /// Bytes the visited sets hold in memory at the end (divide by `states` for
+    /// bytes per stored state).
+    pub store_bytes: u64,
+    pub disk_bytes: u64,
     pub key_width: KeyWidth,
     /// Why the level is unsolvable, when known without searching.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -178,9 +183,12 @@ fn solve_typed<K: StateKey>(
         states: 0,
         generated: 0,
         seconds: 0.0,
+        kpg_seconds: 0.0,
         forward_layers: 0,
         backward_layers: 0,
         peak_memory_bytes: 0,
+        store_bytes: 0,
+        disk_bytes: 0,
         key_width: board.keyspace.width,
         reason: board.unsolvable.clone(),
         storage: None,
@@ -228,7 +236,6 @@ fn solve_typed<K: StateKey>(
         report.storage = Some(StorageReport {
             memory_budget_bytes: budget.total,
             partitions: parts,
-            disk_bytes: store.disk_bytes(),
             disk_states: store.disk_keys(),
             peak_disk_bytes: usage.peak(),
             spilled_candidates: exchange.spilled_keys(),
@@ -285,4 +292,6 @@ fn fill_stats(report: &mut SolveReport, stats: &SearchStats) {
     report.forward_layers = stats.layers[0];
     report.backward_layers = stats.layers[1];
     report.peak_memory_bytes = stats.peak_memory_bytes;
+    report.store_bytes = stats.store_bytes;
+    report.disk_bytes = stats.disk_bytes;
 }

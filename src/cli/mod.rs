@@ -1,4 +1,6 @@
 //! The CLI room: commands, level selection, progress display and output formats.
+pub mod bench;
+pub mod deadlocks;
 pub mod levels;
 pub mod progress;
 pub mod solve;

@@ -6,6 +6,9 @@ use anyhow::{Context, Result};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::{Level, LevelText};
 use sokoshard::model::rules::Pruning;
+use super::deadlocks::KProgress;
+use sokoshard::engine::kpg::{build_tables, MAX_K};
+use sokoshard::storage::kdb;
 use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
 use sokoshard::storage::budget::parse_size;
 use sokoshard::storage::disk::SpillPolicy;
@@ -59,6 +62,12 @@ pub struct SolveArgs {
     /// Turn off freeze-deadlock pruning (dead squares stay on).
     #[arg(long)]
     pub no_freeze: bool,
+    /// Build k-PG deadlock tables up to this k in memory before each solve (1 to 4).
+    #[arg(long, conflicts_with = "deadlocks")]
+    pub kpg: Option<usize>,
+    /// Load k-PG deadlock tables from a database built by `deadlocks build`.
+    #[arg(long)]
+    pub deadlocks: Option<PathBuf>,
     /// One JSON object per level on stdout.
     #[arg(long)]
     pub json: bool,
@@ -96,6 +105,9 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(t) = args.timeout {
         anyhow::ensure!(t > 0.0 && t.is_finite(), "--timeout must be a positive number of seconds");
     }
+    if let Some(k) = args.kpg {
+        anyhow::ensure!((1..=MAX_K).contains(&k), "--kpg must be between 1 and {MAX_K}");
+    }
     if let Some(dir) = &args.spill_dir {
         check_spill_base(dir)?;
     }
@@ -122,7 +134,8 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         if INTERRUPTED.load(Ordering::SeqCst) {
             break;
         }
-        let outcome = solve_one(text, &opts, &pool, args.timeout);
+        let tables = Tables { kpg: args.kpg, file: args.deadlocks.as_deref() };
+        let outcome = solve_one(text, &opts, &pool, args.timeout, &tables);
         print_outcome(&outcome, args.json);
         outcomes.push(outcome);
     }
@@ -144,7 +157,19 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-fn solve_one(text: &LevelText, opts: &SolveOptions, pool: &rayon::ThreadPool, timeout: Option<f64>) -> Outcome {
+/// Where a solve's deadlock tables come from.
+struct Tables<'a> {
+    kpg: Option<usize>,
+    file: Option<&'a std::path::Path>,
+}
+
+fn solve_one(
+    text: &LevelText,
+    opts: &SolveOptions,
+    pool: &rayon::ThreadPool,
+    timeout: Option<f64>,
+    tables: &Tables<'_>,
+) -> Outcome {
     let mut outcome = Outcome { text: text.clone(), level: None, report: None, error: None };
     let level = match text.parse() {
         Ok(l) => l,
@@ -161,6 +186,16 @@ fn solve_one(text: &LevelText, opts: &SolveOptions, pool: &rayon::ThreadPool, ti
         }
     };
     outcome.level = Some(level);
+    let mut opts = opts.clone();
+    if let Some(path) = tables.file {
+        match kdb::load_for(path, board.clone()) {
+            Ok(t) => opts.patterns = Some(Arc::new(t)),
+            Err(e) => {
+                outcome.error = Some(e.to_string());
+                return outcome;
+            }
+        }
+    }
     let cancel = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
     let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
@@ -177,13 +212,33 @@ fn solve_one(text: &LevelText, opts: &SolveOptions, pool: &rayon::ThreadPool, ti
             }
         })
     };
-    let progress = LayerProgress::new(format!("level {} ({})", text.index, text.title));
-    let result = pool.install(|| solve_local(board, opts, &cancel, &progress));
+    let label = format!("level {} ({})", text.index, text.title);
+    let started = Instant::now();
+    let mut kpg_seconds = 0.0;
+    if let Some(k) = tables.kpg {
+        let progress = KProgress::new(label.clone());
+        let built = pool.install(|| build_tables(board.clone(), k, 16, &cancel, &progress));
+        progress.finish();
+        match built {
+            Ok((t, _)) => opts.patterns = Some(Arc::new(t)),
+            Err(e) => {
+                outcome.error = Some(e.to_string());
+                done.store(true, Ordering::SeqCst);
+                return outcome;
+            }
+        }
+        kpg_seconds = started.elapsed().as_secs_f64();
+    }
+    let progress = LayerProgress::new(label);
+    let result = pool.install(|| solve_local(board, &opts, &cancel, &progress));
     progress.finish();
     done.store(true, Ordering::SeqCst);
     let _ = watchdog.join();
     match result {
         Ok(mut r) => {
+            // table building counts toward the level's time
+            r.seconds = started.elapsed().as_secs_f64();
+            r.kpg_seconds = kpg_seconds;
             if r.status == Status::Timeout && INTERRUPTED.load(Ordering::SeqCst) {
                 r.reason = Some("interrupted".into());
             }
@@ -203,11 +258,12 @@ fn print_outcome(o: &Outcome, json: bool) {
                 let mut v = serde_json::json!({
                     "level": o.text.index, "title": o.text.title, "status": r.status,
                     "pushes": r.pushes, "moves": r.moves, "solution": r.solution,
-                    "states": r.states, "generated": r.generated, "seconds": r.seconds,
+                    "states": r.states, "generated": r.generated, "seconds": r.seconds, "kpg_seconds": r.kpg_seconds,
                     "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
-                    "peak_memory_bytes": r.peak_memory_bytes, "key": r.key_width, "reason": r.reason,
-                    "peak_rss_bytes": peak_rss_bytes(),
+                    "peak_memory_bytes": r.peak_memory_bytes, "store_bytes": r.store_bytes, "disk_bytes": r.disk_bytes, "peak_rss_bytes": peak_rss_bytes(),
+                    "key": r.key_width, "reason": r.reason,
                 });
+                // a budgeted solve adds its storage figures
                 if let (Some(st), Some(obj)) = (&r.storage, v.as_object_mut()) {
                     if let Ok(serde_json::Value::Object(extra)) = serde_json::to_value(st) {
                         obj.extend(extra);
@@ -248,11 +304,11 @@ fn print_outcome(o: &Outcome, json: bool) {
                 r.states, r.generated, r.seconds
             );
             if let Some(st) = &r.storage {
-                let per = if st.disk_states > 0 { st.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
+                let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
                 let _ = writeln!(
                     out,
                     "  disk: {} for {} states on disk ({per:.2} B/state), peak {}; budget {}, peak RSS {}",
-                    human_bytes(st.disk_bytes),
+                    human_bytes(r.disk_bytes),
                     st.disk_states,
                     human_bytes(st.peak_disk_bytes),
                     human_bytes(st.memory_budget_bytes),

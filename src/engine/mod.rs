@@ -2,6 +2,7 @@
 //! detection, path rebuild and the k-packet-game deadlock tables. CPU work runs on
 //! rayon; nothing here knows about tokio, tonic or the terminal.
 
+pub mod kpg;
 pub mod layer;
 pub mod partition;
 pub mod path;

@@ -105,40 +105,64 @@ pub trait Exchange<K: StateKey>: Send + Sync {
 /// Routing batch when no budget asks for less.
 pub const DEFAULT_ROUTE_BATCH: usize = 2048;
 
-/// The in-process exchange: one locked buffer per partition.
+/// A partition's candidates: keys, and how many of them at the front are already
+/// sorted and unique.
+#[derive(Default)]
+struct Buffer<K> {
+    keys: Vec<K>,
+    compacted: usize,
+}
+
+/// Buffers shorter than this are never compacted.
+const COMPACT_MIN: usize = 1 << 15;
+
+/// The in-process exchange: one locked buffer per partition. A buffer that has
+/// doubled since it was last compacted is sorted and deduplicated in place: a
+/// layer's successors repeat a lot (generated is often 3 times the new states),
+/// and holding the repeats would dominate peak memory.
 pub struct LocalExchange<K> {
-    buffers: Vec<Mutex<Vec<K>>>,
+    buffers: Vec<Mutex<Buffer<K>>>,
 }
 
 impl<K: StateKey> LocalExchange<K> {
     pub fn new(partitions: usize) -> Self {
-        LocalExchange { buffers: (0..partitions).map(|_| Mutex::new(Vec::new())).collect() }
+        LocalExchange { buffers: (0..partitions).map(|_| Mutex::new(Buffer { keys: Vec::new(), compacted: 0 })).collect() }
+    }
+
+    fn lock(&self, partition: usize) -> std::sync::MutexGuard<'_, Buffer<K>> {
+        self.buffers[partition].lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl<K: StateKey> Exchange<K> for LocalExchange<K> {
     fn send(&self, partition: usize, mut batch: Vec<K>) -> Result<(), StorageError> {
-        let mut buf = self.buffers[partition].lock().unwrap_or_else(|e| e.into_inner());
-        if buf.is_empty() {
-            std::mem::swap(&mut *buf, &mut batch);
+        let mut buf = self.lock(partition);
+        if buf.keys.is_empty() {
+            std::mem::swap(&mut buf.keys, &mut batch);
         } else {
-            buf.append(&mut batch);
+            buf.keys.append(&mut batch);
+        }
+        if buf.keys.len() >= COMPACT_MIN && buf.keys.len() >= 2 * buf.compacted {
+            buf.keys.sort_unstable();
+            buf.keys.dedup();
+            buf.compacted = buf.keys.len();
+            let len = buf.keys.len();
+            if buf.keys.capacity() > 2 * len {
+                buf.keys.shrink_to(len * 3 / 2);
+            }
         }
         Ok(())
     }
     fn take(&self, partition: usize) -> Result<Vec<K>, StorageError> {
-        Ok(std::mem::take(&mut *self.buffers[partition].lock().unwrap_or_else(|e| e.into_inner())))
+        Ok(std::mem::take(&mut *self.lock(partition)).keys)
     }
     fn clear(&self) {
-        for b in &self.buffers {
-            *b.lock().unwrap_or_else(|e| e.into_inner()) = Vec::new();
+        for p in 0..self.buffers.len() {
+            *self.lock(p) = Buffer { keys: Vec::new(), compacted: 0 };
         }
     }
     fn buffered_bytes(&self) -> u64 {
-        self.buffers
-            .iter()
-            .map(|b| (b.lock().unwrap_or_else(|e| e.into_inner()).capacity() * std::mem::size_of::<K>()) as u64)
-            .sum()
+        (0..self.buffers.len()).map(|p| (self.lock(p).keys.capacity() * std::mem::size_of::<K>()) as u64).sum()
     }
 }
 

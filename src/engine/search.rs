@@ -83,6 +83,8 @@ pub struct SearchStats {
     pub expanded: u64,
     pub layers: [usize; 2],
     pub peak_memory_bytes: u64,
+    /// Bytes the visited sets hold in memory at the end.
+    pub store_bytes: u64,
     pub disk_bytes: u64,
 }
 
@@ -203,6 +205,7 @@ fn record<K: StateKey>(
     stats.layers = [backend.layers(Side::Forward), backend.layers(Side::Backward)];
     stats.peak_memory_bytes = stats.peak_memory_bytes.max(out.peak_memory_bytes);
     stats.disk_bytes = out.disk_bytes;
+    stats.store_bytes = out.memory_bytes;
     progress.layer_done(&LayerEvent {
         side,
         layer: backend.layers(side) - 1,

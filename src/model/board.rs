@@ -207,6 +207,42 @@ impl Board {
         reach
     }
 
+    /// A hash of everything that determines the search space: grid size, walls
+    /// (fixed boxes included), goals, start boxes and the start player. Deadlock
+    /// databases carry it so one built for another level is refused.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(&(self.width as u64).to_le_bytes());
+        h.update(&(self.height as u64).to_le_bytes());
+        let bits: Vec<u8> = self.walls.iter().map(|&w| w as u8).collect();
+        h.update(&bits);
+        for f in self.goals.iter().chain(&self.start_boxes).chain(std::iter::once(&self.start_player)) {
+            h.update(&(self.cell_of[*f as usize] as u64).to_le_bytes());
+        }
+        h.digest()
+    }
+
+    /// Draws the board with the given boxes and player square as XSB rows.
+    pub fn draw(&self, boxes: &[u16], player: Option<u16>) -> String {
+        let mut grid: Vec<Vec<char>> = (0..self.height)
+            .map(|y| (0..self.width).map(|x| if self.walls[y * self.width + x] { '#' } else { ' ' }).collect())
+            .collect();
+        for (f, &c) in self.cell_of.iter().enumerate() {
+            let (x, y) = (c % self.width, c / self.width);
+            let is_box = boxes.contains(&(f as u16));
+            let is_player = player == Some(f as u16);
+            grid[y][x] = match (is_box, self.is_goal[f], is_player) {
+                (true, true, _) => '*',
+                (true, false, _) => '$',
+                (false, true, true) => '+',
+                (false, false, true) => '@',
+                (false, true, false) => '.',
+                _ => ' ',
+            };
+        }
+        grid.into_iter().map(|r| r.into_iter().collect::<String>().trim_end().to_string() + "\n").collect()
+    }
+
     /// Grid column and row (1-based) of a floor square, for messages.
     pub fn coords(&self, f: u16) -> (usize, usize) {
         let c = self.cell_of[f as usize];

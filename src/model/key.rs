@@ -82,7 +82,7 @@ impl KeySpace {
             binom[i * cols] = 1;
             for j in 1..=boxes.min(i) {
                 let a = binom[(i - 1) * cols + j - 1];
-                let b = if j <= i - 1 { binom[(i - 1) * cols + j] } else { 0 };
+                let b = if j < i { binom[(i - 1) * cols + j] } else { 0 };
                 binom[i * cols + j] = a.saturating_add(b);
             }
         }

@@ -355,11 +355,9 @@ impl LevelText {
         seen[player] = true;
         while let Some(c) = stack.pop() {
             let (x, y) = (c % width, c / width);
-            if void[c] || x == 0 || y == 0 || x + 1 == width || y + 1 == height {
-                if !walls[c] {
-                    let line = rows[y].0;
-                    return Err(self.err(line, LevelErrorKind::Open { x, y }));
-                }
+            let on_edge = void[c] || x == 0 || y == 0 || x + 1 == width || y + 1 == height;
+            if on_edge && !walls[c] {
+                return Err(self.err(rows[y].0, LevelErrorKind::Open { x, y }));
             }
             if walls[c] || void[c] {
                 continue;
@@ -436,7 +434,8 @@ mod tests {
 
     #[test]
     fn errors_name_line() {
-        let cases: &[(&str, usize, fn(&LevelErrorKind) -> bool)] = &[
+        type Case = (&'static str, usize, fn(&LevelErrorKind) -> bool);
+        let cases: &[Case] = &[
             ("#####\n#  .#\n#####\n", 1, |k| matches!(k, LevelErrorKind::NoPlayer)),
             ("#####\n#@$.#\n#@$.#\n#####\n", 3, |k| matches!(k, LevelErrorKind::SeveralPlayers { .. })),
             ("######\n#@$$.#\n######\n", 1, |k| matches!(k, LevelErrorKind::BoxGoalMismatch { .. })),

@@ -41,6 +41,8 @@ pub struct Scratch {
     /// Squares reachable by the player in the current state (valid after `reach`).
     reach_stamp: u32,
     reach_mark: Vec<u32>,
+    /// The two smallest squares of the reach region (`NONE` when absent).
+    reach_min: [u16; 2],
     tmp_wall: Vec<bool>,
     frozen: Vec<u16>,
     budget: u32,
@@ -58,6 +60,7 @@ impl Scratch {
             queue: Vec::with_capacity(n),
             reach_stamp: 0,
             reach_mark: vec![0; n],
+            reach_min: [NONE; 2],
             tmp_wall: vec![false; n],
             frozen: Vec::new(),
             budget: 0,
@@ -76,13 +79,13 @@ impl Scratch {
     }
 
     /// Floods the player's region from `from` over free squares, marking it in the
-    /// reach buffer; returns the smallest square (the normalized player).
-    fn flood_reach(&mut self, board: &Board, from: u16) -> u16 {
+    /// reach buffer and keeping its two smallest squares.
+    fn flood_reach(&mut self, board: &Board, from: u16) {
         let s = Self::bump(&mut self.reach_stamp, &mut self.reach_mark);
         self.queue.clear();
         self.queue.push(from);
         self.reach_mark[from as usize] = s;
-        let mut min = from;
+        let mut min = [from, NONE];
         let mut i = 0;
         while i < self.queue.len() {
             let f = self.queue[i];
@@ -91,11 +94,107 @@ impl Scratch {
                 let g = board.neighbour(f, d);
                 if g != NONE && !self.occ[g as usize] && self.reach_mark[g as usize] != s {
                     self.reach_mark[g as usize] = s;
-                    min = min.min(g);
+                    if g < min[0] {
+                        min = [g, min[0]];
+                    } else if g < min[1] {
+                        min[1] = g;
+                    }
                     self.queue.push(g);
                 }
             }
         }
+        self.reach_min = min;
+    }
+
+    /// The normalized player after a move that freed `vacated` and filled `filled`,
+    /// leaving the player on `player` (occupancy already updated; the reach buffer
+    /// still holds the region `R` before the move, which contains `player` unless
+    /// `player == vacated`, and contains `filled` for every pull).
+    ///
+    /// Let `A` be the squares of `R - filled + vacated` connected to `player`. If
+    /// `filled` was outside `R`, or its free neighbours (including `vacated`) stay
+    /// connected around its 8-neighbour ring, `A` is all of `R - filled + vacated`
+    /// and its minimum follows from the two smallest squares of `R`, no flood.
+    /// Otherwise a search from `player` inside `R + vacated` stops as soon as it has
+    /// met every free neighbour of `filled` (nothing was cut off), or ends having
+    /// found `A` exactly. If `A` holds `vacated`, the regions on its other sides that
+    /// were foreign to `R` join; they are flooded on their own.
+    fn normalize_after_move(&mut self, board: &Board, vacated: u16, filled: u16, player: u16) -> u16 {
+        let s = Self::bump(&mut self.stamp, &mut self.mark);
+        let filled_in_region = self.reachable(filled);
+        let mut min = NONE;
+        let mut has_vacated = true;
+        let whole = !filled_in_region || ring_connected(board, &self.occ, filled) || {
+            let mut targets = [NONE; 4];
+            let mut left = 0;
+            for d in 0..DIRS {
+                let g = board.neighbour(filled, d);
+                if g != NONE && !self.occ[g as usize] && (g == vacated || self.reachable(g)) && g != player {
+                    targets[left] = g;
+                    left += 1;
+                }
+            }
+            self.queue.clear();
+            self.queue.push(player);
+            self.mark[player as usize] = s;
+            let mut part_min = player;
+            let mut i = 0;
+            while i < self.queue.len() && left > 0 {
+                let f = self.queue[i];
+                i += 1;
+                for dd in 0..DIRS {
+                    let h = board.neighbour(f, dd);
+                    if h != NONE
+                        && !self.occ[h as usize]
+                        && (h == vacated || self.reachable(h))
+                        && self.mark[h as usize] != s
+                    {
+                        self.mark[h as usize] = s;
+                        part_min = part_min.min(h);
+                        if targets[..4].contains(&h) {
+                            left -= 1;
+                        }
+                        self.queue.push(h);
+                    }
+                }
+            }
+            if left > 0 {
+                // the search ran out: `A` is exactly what it visited
+                min = part_min;
+                has_vacated = self.mark[vacated as usize] == s;
+            }
+            left == 0
+        };
+        if whole {
+            let rest = if filled_in_region && filled == self.reach_min[0] { self.reach_min[1] } else { self.reach_min[0] };
+            min = rest.min(vacated);
+        }
+        if has_vacated {
+            // foreign regions joined through `vacated`: disjoint from R before the move
+            for d in 0..DIRS {
+                let g = board.neighbour(vacated, d);
+                if g == NONE || g == filled || self.occ[g as usize] || self.reachable(g) || self.mark[g as usize] == s {
+                    continue;
+                }
+                self.queue.clear();
+                self.queue.push(g);
+                self.mark[g as usize] = s;
+                let mut i = 0;
+                while i < self.queue.len() {
+                    let f = self.queue[i];
+                    i += 1;
+                    min = min.min(f);
+                    for dd in 0..DIRS {
+                        let h = board.neighbour(f, dd);
+                        if h != NONE && h != vacated && !self.occ[h as usize] && self.mark[h as usize] != s {
+                            self.mark[h as usize] = s;
+                            self.queue.push(h);
+                        }
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(min, self.normalize(board, player), "incremental normalization disagrees with the flood");
         min
     }
 
@@ -144,6 +243,47 @@ impl Scratch {
             self.occ[b as usize] = false;
         }
     }
+}
+
+/// Are the free 4-neighbours of `f` all in one run of free squares around its
+/// 8-neighbour ring? Then making `f` a wall cannot disconnect them.
+fn ring_connected(board: &Board, occ: &[bool], f: u16) -> bool {
+    let free = |g: u16| g != NONE && !occ[g as usize];
+    let [n, e, s, w] = [0, 1, 2, 3].map(|d| board.neighbour(f, d));
+    // a diagonal square, reached through whichever orthogonal neighbour is floor
+    let diag = |a: u16, da: usize, b: u16, db: usize| {
+        if a != NONE {
+            board.neighbour(a, da)
+        } else if b != NONE {
+            board.neighbour(b, db)
+        } else {
+            NONE
+        }
+    };
+    let ring = [n, diag(n, 1, e, 0), e, diag(e, 2, s, 1), s, diag(s, 3, w, 2), w, diag(w, 0, n, 3)];
+    let open: [bool; 8] = ring.map(free);
+    // count runs of open squares (circularly) that hold an orthogonal neighbour
+    let mut runs = 0;
+    let start = match (0..8).find(|&i| !open[i]) {
+        Some(i) => i,
+        None => return true,
+    };
+    let mut in_run = false;
+    let mut run_has_orth = false;
+    for k in 1..=8 {
+        let i = (start + k) % 8;
+        if open[i] {
+            in_run = true;
+            run_has_orth |= i % 2 == 0;
+        } else {
+            if in_run && run_has_orth {
+                runs += 1;
+            }
+            in_run = false;
+            run_has_orth = false;
+        }
+    }
+    runs <= 1
 }
 
 /// Writes `boxes` with `from` replaced by `to` into `out`, keeping it sorted.
@@ -199,7 +339,7 @@ pub fn for_each_push(
             let dead = pruning.freeze && push_freeze_deadlock(board, sc, to);
             if !dead {
                 moved_boxes(boxes, b, to, &mut next);
-                let p = sc.normalize(board, b);
+                let p = sc.normalize_after_move(board, b, to, b);
                 emit(&next, p, BoxMove { from: b, dir: d as u8 }, sc);
             }
             sc.occ[to as usize] = false;
@@ -242,7 +382,7 @@ pub fn for_each_pull(
             let dead = pruning.freeze && pull_freeze_deadlock(board, sc, to);
             if !dead {
                 moved_boxes(boxes, b, to, &mut next);
-                let p = sc.normalize(board, step);
+                let p = sc.normalize_after_move(board, b, to, step);
                 emit(&next, p, BoxMove { from: b, dir: d as u8 }, sc);
             }
             sc.occ[to as usize] = false;
@@ -343,7 +483,8 @@ fn pullable(board: &Board, sc: &mut Scratch, b: u16, d: usize) -> bool {
     if step == NONE || sc.tmp_wall[step as usize] {
         return false;
     }
-    !(sc.occ[to as usize] && pull_frozen(board, sc, to)) && !(sc.occ[step as usize] && pull_frozen(board, sc, step))
+    let blocked_at = |sc: &mut Scratch, sq: u16| sc.occ[sq as usize] && pull_frozen(board, sc, sq);
+    !blocked_at(sc, to) && !blocked_at(sc, step)
 }
 
 /// The backward start states: all boxes on goals, the player in each region of the
@@ -410,6 +551,21 @@ mod tests {
         };
         assert_eq!(count(&mut sc, Pruning::NONE), 6);
         assert_eq!(count(&mut sc, Pruning { dead_squares: false, freeze: true }), 4);
+    }
+
+    /// Regression: the incremental normalization once started from the vacated
+    /// square for pulls, where the player ends on the square it steps back to; in a
+    /// corridor the vacated square is cut off from the player.
+    #[test]
+    fn pull_normalization_starts_from_the_player_in_a_corridor() {
+        let b = board("######\n#@ $.#\n######\n");
+        let mut sc = Scratch::new(&b);
+        // box at the third square, player region {0, 1}; pulling left leaves the
+        // player on square 0 and the box on 1, square 2 is behind the box
+        let boxes = [2u16];
+        let mut got = Vec::new();
+        for_each_pull(&b, &mut sc, &boxes, 0, Pruning::NONE, |bx, p, _, _| got.push((bx.to_vec(), p)));
+        assert_eq!(got, vec![(vec![1u16], 0u16)]);
     }
 
     #[test]

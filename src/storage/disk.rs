@@ -725,11 +725,18 @@ mod tests {
 
     const SIDES: [Side; 2] = [Side::Forward, Side::Backward];
 
-    /// Layers per side, each a list of random keys (overlaps allowed: the stores
-    /// must agree on any input, not just BFS-shaped ones).
+    /// Layers per side, each a list of random keys. A side's layers are disjoint,
+    /// as in a BFS (the in-memory store merges old layers and relies on it); the
+    /// two sides overlap freely.
     fn layers_strategy() -> impl Strategy<Value = [Vec<Vec<u64>>; 2]> {
         let layer = proptest::collection::vec(0u64..5000, 0..400);
-        let side = proptest::collection::vec(layer, 1..6);
+        let side = proptest::collection::vec(layer, 1..6).prop_map(|mut side| {
+            let mut seen = std::collections::HashSet::new();
+            for l in &mut side {
+                l.retain(|k| seen.insert(*k));
+            }
+            side
+        });
         (side.clone(), side).prop_map(|(f, b)| [f, b])
     }
 
@@ -830,7 +837,14 @@ mod tests {
 
     fn sample_layers() -> [Vec<Vec<u64>>; 2] {
         let layer = |seed: u64, n: u64| (0..n).map(|i| xxh3_64(&(seed * 1_000_003 + i).to_le_bytes()) % 1_000_000).collect::<Vec<_>>();
-        [vec![layer(1, 3000), layer(2, 5000), layer(3, 8000)], vec![layer(4, 2000), layer(5, 6000)]]
+        let disjoint = |mut side: Vec<Vec<u64>>| {
+            let mut seen = std::collections::HashSet::new();
+            for l in &mut side {
+                l.retain(|k| seen.insert(*k));
+            }
+            side
+        };
+        [disjoint(vec![layer(1, 3000), layer(2, 5000), layer(3, 8000)]), disjoint(vec![layer(4, 2000), layer(5, 6000)])]
     }
 
     #[test]

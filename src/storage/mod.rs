@@ -4,6 +4,7 @@
 pub mod budget;
 pub mod disk;
 pub mod error;
+pub mod kdb;
 pub mod mem;
 pub mod shard;
 pub mod spill;

@@ -171,6 +171,14 @@ fn unsolvable_level_exits_1() {
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["status"], "unsolvable");
+    // a box walled off from the player and not on a goal: unsolvable without search
+    std::fs::write(&path, "#######\n#@$ .##\n#######\n##$.###\n#######\n").unwrap();
+    let o = sokoshard(&["solve", path.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["status"], "unsolvable");
+    assert!(v["reason"].as_str().unwrap().contains("never be reached"), "{v}");
+    assert_eq!(v["states"], 0);
 }
 
 #[test]
@@ -213,4 +221,26 @@ fn reads_levels_from_stdin() {
     let o = child.wait_with_output().unwrap();
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["pushes"], 2);
+}
+
+#[test]
+fn ctrl_c_stops_cleanly_and_still_prints() {
+    let file = repo("levels/XSokoban_90.xsb");
+    let child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(["solve", file.to_str().unwrap(), "--levels", "4-5", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    // the level in progress reports, and no further level starts
+    let lines: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1, "{}", stdout(&o));
+    assert_eq!(lines[0]["status"], "timeout");
+    assert_eq!(lines[0]["reason"], "interrupted");
+    assert!(lines[0]["states"].as_u64().unwrap() > 0);
 }

@@ -84,7 +84,11 @@ pub fn reference_bfs(board: &Board) -> Option<usize> {
             return Some(d);
         }
         let mut next = Vec::new();
-        for_each_push(board, &mut sc, &boxes, player, Pruning::NONE, |b, p, _, _| next.push((b.to_vec(), p)));
+        // the player stands where the box was; normalize with a full flood here so
+        // the reference does not share the generator's incremental normalization
+        for_each_push(board, &mut sc, &boxes, player, Pruning::NONE, |b, _, m, _| next.push((b.to_vec(), m.from)));
+        let next: Vec<(Vec<u16>, u16)> =
+            next.into_iter().map(|(b, at)| { let p = normalize_player(board, &mut sc, &b, at); (b, p) }).collect();
         for s in next {
             if seen.insert(s.clone()) {
                 queue.push_back((s, d + 1));

@@ -3,5 +3,6 @@
 mod cli;
 mod common;
 mod engine;
+mod kpg;
 mod rules;
 mod storage;

@@ -77,7 +77,7 @@ fn spilled_runs_match_the_known_push_counts() {
         let st = r.storage.as_ref().unwrap();
         assert_eq!(st.memory_budget_bytes, 64 * 1024);
         if r.states > 20_000 {
-            assert!(st.disk_bytes > 0 && st.disk_states > 0, "level {index} did not spill: {st:?}");
+            assert!(r.disk_bytes > 0 && st.disk_states > 0, "level {index} did not spill: {st:?}");
             assert!(st.spilled_candidates > 0, "level {index}: no successor runs: {st:?}");
         }
         // the in-memory fast path agrees state for state

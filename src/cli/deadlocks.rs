@@ -1,0 +1,162 @@
+//! `deadlocks build` and `deadlocks show`: precomputing k-PG deadlock databases
+//! and looking inside them.
+
+use super::progress::LayerProgress;
+use super::{read_collection, Selection, EXIT_OK};
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use sokoshard::engine::kpg::{build_tables, unpack, DeadPlayers, KStats, KpgProgress, MAX_K};
+use sokoshard::engine::search::{LayerEvent, Progress};
+use sokoshard::model::board::Board;
+use sokoshard::model::level::parse_one;
+use sokoshard::storage::kdb;
+use sokoshard::sys::human_bytes;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+#[derive(clap::Subcommand)]
+pub enum DeadlocksCommand {
+    /// Build k-PG deadlock tables for one level and save them.
+    Build(BuildArgs),
+    /// Counts per k and a few patterns drawn as boards.
+    Show(ShowArgs),
+}
+
+#[derive(clap::Args)]
+pub struct BuildArgs {
+    /// Collection file (XSB/SOK), or - for standard input.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub select: Selection,
+    /// Largest k (boxes per sub-game), 1 to 4.
+    #[arg(long, default_value_t = 2)]
+    pub k: usize,
+    /// Output database file.
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// One JSON object per k on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ShowArgs {
+    /// A database written by `deadlocks build`.
+    pub file: PathBuf,
+    /// Patterns to draw per k and side.
+    #[arg(long, default_value_t = 3)]
+    pub samples: usize,
+}
+
+pub fn run(cmd: DeadlocksCommand) -> Result<ExitCode> {
+    match cmd {
+        DeadlocksCommand::Build(a) => build(a),
+        DeadlocksCommand::Show(a) => show(a),
+    }
+}
+
+/// Per-k progress: a spinner on a terminal, with the layer line underneath.
+pub struct KProgress {
+    layers: LayerProgress,
+    bar: Option<ProgressBar>,
+}
+
+impl KProgress {
+    pub fn new(label: String) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = ProgressBar::new_spinner();
+            b.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
+            b
+        });
+        KProgress { layers: LayerProgress::new(label), bar }
+    }
+    pub fn finish(&self) {
+        self.layers.finish();
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for KProgress {
+    fn layer_done(&self, e: &LayerEvent) {
+        self.layers.layer_done(e)
+    }
+}
+
+impl KpgProgress for KProgress {
+    fn k_started(&self, k: usize) {
+        if let Some(b) = &self.bar {
+            b.set_message(format!("building the {k}-packet game"));
+        }
+    }
+}
+
+/// Prints one k's figures as a line of the build report.
+pub fn describe(s: &KStats) -> String {
+    format!(
+        "k={}: explored {} forward + {} backward configurations, kept {} forward + {} backward patterns, {:.2} s",
+        s.k, s.forward_states, s.backward_states, s.forward_patterns, s.backward_patterns, s.seconds
+    )
+}
+
+fn build(args: BuildArgs) -> Result<ExitCode> {
+    anyhow::ensure!((1..=MAX_K).contains(&args.k), "--k must be between 1 and {MAX_K}");
+    let all = read_collection(&args.file)?;
+    let source = args.file.display().to_string();
+    let picked = args.select.pick(&all, &source)?;
+    anyhow::ensure!(picked.len() == 1, "deadlocks build needs exactly one level: use --level N or --title T");
+    let level = picked[0].parse()?;
+    let board = Arc::new(Board::new(&level)?);
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build()?;
+    let progress = KProgress::new(format!("level {} ({})", level.index, level.title));
+    let (tables, stats) =
+        pool.install(|| build_tables(board.clone(), args.k, 16, &AtomicBool::new(false), &progress))?;
+    progress.finish();
+    let bytes = kdb::save(&args.output, &tables, &level.to_xsb())?;
+    for s in &stats {
+        if args.json {
+            println!("{}", serde_json::to_string(s)?);
+        } else {
+            println!("{}", describe(s));
+        }
+    }
+    if !args.json {
+        println!("wrote {} ({})", args.output.display(), human_bytes(bytes));
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+fn show(args: ShowArgs) -> Result<ExitCode> {
+    let file = kdb::read(&args.file)?;
+    let level = parse_one(&file.level_text, &args.file.display().to_string()).context("the level stored in the database")?;
+    let board = Board::new(&level)?;
+    println!("{}: level fingerprint {:#018x}, {} floor squares", args.file.display(), file.fingerprint, file.floor);
+    print!("{}", board.draw(&board.start_boxes, Some(board.start_player)));
+    for t in &file.tables {
+        for (name, set) in [("forward", &t.forward), ("backward", &t.backward)] {
+            println!("k={} {name}: {} box sets, {} patterns", t.k, set.map.len(), set.patterns());
+            let mut keys: Vec<&u64> = set.map.keys().collect();
+            keys.sort_unstable();
+            for key in keys.into_iter().take(args.samples) {
+                let boxes = unpack(*key, t.k);
+                let (player, note) = match &set.map[key] {
+                    DeadPlayers::Any => (None, "any player position".to_string()),
+                    DeadPlayers::Squares(v) => (v.first().copied(), format!("player in {} region(s), one shown", v.len())),
+                };
+                println!("  {note}:");
+                for row in board.draw(&boxes, player).lines() {
+                    println!("    {row}");
+                }
+            }
+        }
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}

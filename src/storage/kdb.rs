@@ -1,0 +1,306 @@
+//! The k-PG deadlock database file (`.kdb`): the tables of one level, saved so
+//! they are built once and reused.
+//!
+//! Layout (little-endian):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 8 | magic `SKKPGDB\0` |
+//! | 4 | format version |
+//! | 8 | level fingerprint ([`Board::fingerprint`]) |
+//! | 4 | floor squares |
+//! | 4 | number of k tables |
+//! | 4 + n | level text (XSB, for `deadlocks show`) |
+//! | ... | per k: `k`, then forward and backward sets: entry count, then per entry `k` squares (u16), a tag (0 any player, 1 player list) and for a list its length (u16) and squares |
+//! | 8 | xxh3-64 of everything above |
+//!
+//! The checksum is verified before anything is parsed, and every count is bounded
+//! by the bytes left, so a corrupt file is refused, never half-used.
+
+use crate::engine::kpg::{unpack, DeadPlayers, DeadlockTables, KTable, PatternSet, MAX_K};
+use crate::model::board::Board;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const MAGIC: &[u8; 8] = b"SKKPGDB\0";
+pub const KDB_VERSION: u32 = 1;
+
+/// Deadlock database failures, each naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum KdbError {
+    #[error("error {op} {}: {source}", path.display())]
+    Io { path: PathBuf, op: &'static str, source: std::io::Error },
+    #[error("{}: not a sokoshard deadlock database (bad magic bytes)", path.display())]
+    BadMagic { path: PathBuf },
+    #[error("{}: deadlock database format version {found} is not supported (this build reads version {expected})", path.display())]
+    UnsupportedVersion { path: PathBuf, found: u32, expected: u32 },
+    #[error("{}: truncated deadlock database ({len} bytes)", path.display())]
+    Truncated { path: PathBuf, len: u64 },
+    #[error("{}: checksum mismatch: stored {stored:#018x}, contents hash to {computed:#018x}; the file is corrupt", path.display())]
+    ChecksumMismatch { path: PathBuf, stored: u64, computed: u64 },
+    #[error("{}: corrupt deadlock database: {reason}", path.display())]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("{}: this deadlock database was built for another level (fingerprint {found:#018x}, this level is {expected:#018x})", path.display())]
+    WrongLevel { path: PathBuf, found: u64, expected: u64 },
+}
+
+/// A database as read from disk, before it is matched to a board.
+pub struct KdbFile {
+    pub fingerprint: u64,
+    pub floor: usize,
+    pub level_text: String,
+    pub tables: Vec<KTable>,
+}
+
+/// Serializes tables with the level text they belong to.
+pub fn encode(tables: &DeadlockTables, level_text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&KDB_VERSION.to_le_bytes());
+    out.extend_from_slice(&tables.board.fingerprint().to_le_bytes());
+    out.extend_from_slice(&(tables.board.floor_count() as u32).to_le_bytes());
+    out.extend_from_slice(&(tables.tables.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(level_text.len() as u32).to_le_bytes());
+    out.extend_from_slice(level_text.as_bytes());
+    for t in &tables.tables {
+        out.extend_from_slice(&(t.k as u32).to_le_bytes());
+        for set in [&t.forward, &t.backward] {
+            // sorted for a deterministic file
+            let mut entries: Vec<(&u64, &DeadPlayers)> = set.map.iter().collect();
+            entries.sort_unstable_by_key(|e| *e.0);
+            out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+            for (packed, dead) in entries {
+                for s in unpack(*packed, t.k) {
+                    out.extend_from_slice(&s.to_le_bytes());
+                }
+                match dead {
+                    DeadPlayers::Any => out.push(0),
+                    DeadPlayers::Squares(v) => {
+                        out.push(1);
+                        out.extend_from_slice(&(v.len() as u16).to_le_bytes());
+                        for p in v {
+                            out.extend_from_slice(&p.to_le_bytes());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let sum = xxhash_rust::xxh3::xxh3_64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+/// Writes a database atomically (temporary name, then rename).
+pub fn save(path: &Path, tables: &DeadlockTables, level_text: &str) -> Result<u64, KdbError> {
+    let bytes = encode(tables, level_text);
+    let tmp = path.with_extension("kdb.tmp");
+    let io = |op, source| KdbError::Io { path: path.to_path_buf(), op, source };
+    std::fs::write(&tmp, &bytes).map_err(|e| io("writing", e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io("renaming into place", e))?;
+    Ok(bytes.len() as u64)
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    path: &'a Path,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], KdbError> {
+        if self.buf.len() - self.pos < n {
+            return Err(KdbError::Corrupt { path: self.path.to_path_buf(), reason: format!("record runs past the end at byte {}", self.pos) });
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, KdbError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, KdbError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, KdbError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, KdbError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+}
+
+/// Parses and validates a database from bytes.
+pub fn decode(path: &Path, bytes: &[u8]) -> Result<KdbFile, KdbError> {
+    let corrupt = |reason: String| KdbError::Corrupt { path: path.to_path_buf(), reason };
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
+            return Err(KdbError::Truncated { path: path.to_path_buf(), len: bytes.len() as u64 });
+        }
+        return Err(KdbError::BadMagic { path: path.to_path_buf() });
+    }
+    if bytes.len() < MAGIC.len() + 4 + 8 {
+        return Err(KdbError::Truncated { path: path.to_path_buf(), len: bytes.len() as u64 });
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version != KDB_VERSION {
+        return Err(KdbError::UnsupportedVersion { path: path.to_path_buf(), found: version, expected: KDB_VERSION });
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - 8);
+    let mut stored = [0u8; 8];
+    stored.copy_from_slice(tail);
+    let stored = u64::from_le_bytes(stored);
+    let computed = xxhash_rust::xxh3::xxh3_64(body);
+    if stored != computed {
+        return Err(KdbError::ChecksumMismatch { path: path.to_path_buf(), stored, computed });
+    }
+    let mut r = Reader { buf: body, pos: 12, path };
+    let fingerprint = r.u64()?;
+    let floor = r.u32()? as usize;
+    let nk = r.u32()? as usize;
+    if nk > MAX_K {
+        return Err(corrupt(format!("{nk} tables, at most {MAX_K} are possible")));
+    }
+    let text_len = r.u32()? as usize;
+    let level_text = String::from_utf8(r.take(text_len)?.to_vec()).map_err(|_| corrupt("level text is not UTF-8".into()))?;
+    let mut tables = Vec::new();
+    for i in 0..nk {
+        let k = r.u32()? as usize;
+        if k != i + 1 {
+            return Err(corrupt(format!("table {} has k = {k}", i + 1)));
+        }
+        let mut sets = Vec::new();
+        for _ in 0..2 {
+            let n = r.u32()? as usize;
+            if floor > crate::model::key::MAX_FLOOR_SQUARES {
+                return Err(corrupt(format!("{floor} floor squares is over the limit")));
+            }
+            let mut set = PatternSet::new(floor);
+            for _ in 0..n {
+                let mut boxes = Vec::with_capacity(k);
+                for _ in 0..k {
+                    let s = r.u16()?;
+                    if s as usize >= floor {
+                        return Err(corrupt(format!("square {s} outside the {floor} floor squares")));
+                    }
+                    boxes.push(s);
+                }
+                if boxes.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err(corrupt("pattern squares are not sorted".into()));
+                }
+                let dead = match r.u8()? {
+                    0 => DeadPlayers::Any,
+                    1 => {
+                        let m = r.u16()? as usize;
+                        let mut v = Vec::with_capacity(m.min(floor));
+                        for _ in 0..m {
+                            v.push(r.u16()?);
+                        }
+                        DeadPlayers::Squares(v)
+                    }
+                    t => return Err(corrupt(format!("unknown player tag {t}"))),
+                };
+                set.insert(&boxes, dead);
+            }
+            sets.push(set);
+        }
+        let backward = sets.pop().expect("two sets");
+        let forward = sets.pop().expect("two sets");
+        tables.push(KTable { k, forward, backward });
+    }
+    if r.pos != body.len() {
+        return Err(corrupt(format!("{} trailing bytes", body.len() - r.pos)));
+    }
+    Ok(KdbFile { fingerprint, floor, level_text, tables })
+}
+
+/// Reads a database file.
+pub fn read(path: &Path) -> Result<KdbFile, KdbError> {
+    let bytes = std::fs::read(path).map_err(|source| KdbError::Io { path: path.to_path_buf(), op: "reading", source })?;
+    decode(path, &bytes)
+}
+
+/// Reads a database and binds it to `board`, refusing one built for another level.
+pub fn load_for(path: &Path, board: Arc<Board>) -> Result<DeadlockTables, KdbError> {
+    let file = read(path)?;
+    let expected = board.fingerprint();
+    if file.fingerprint != expected || file.floor != board.floor_count() {
+        return Err(KdbError::WrongLevel { path: path.to_path_buf(), found: file.fingerprint, expected });
+    }
+    Ok(DeadlockTables { board, tables: file.tables })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::kpg::build_tables;
+    use crate::engine::search::NoProgress;
+    use crate::model::level::parse_one;
+    use std::sync::atomic::AtomicBool;
+
+    const LEVEL: &str = "#######\n#.  $ #\n# $@  #\n#.    #\n#######\n";
+    const OTHER: &str = "#######\n#.  $ #\n# $ @ #\n#.    #\n#######\n";
+
+    fn tables(text: &str) -> DeadlockTables {
+        let board = Arc::new(Board::new(&parse_one(text, "t").unwrap()).unwrap());
+        build_tables(board, 2, 4, &AtomicBool::new(false), &NoProgress).unwrap().0
+    }
+
+    fn board(text: &str) -> Arc<Board> {
+        Arc::new(Board::new(&parse_one(text, "t").unwrap()).unwrap())
+    }
+
+    #[test]
+    fn roundtrip() {
+        let t = tables(LEVEL);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.kdb");
+        save(&p, &t, LEVEL).unwrap();
+        let back = load_for(&p, board(LEVEL)).unwrap();
+        assert_eq!(back.tables, t.tables);
+        assert_eq!(read(&p).unwrap().level_text, LEVEL);
+    }
+
+    #[test]
+    fn every_kind_of_corruption_is_refused() {
+        let t = tables(LEVEL);
+        let good = encode(&t, LEVEL);
+        let p = Path::new("x.kdb");
+        // bad magic
+        let mut b = good.clone();
+        b[0] = b'X';
+        assert!(matches!(decode(p, &b), Err(KdbError::BadMagic { .. })));
+        // unsupported version
+        let mut b = good.clone();
+        b[8] = 99;
+        assert!(matches!(decode(p, &b), Err(KdbError::UnsupportedVersion { found: 99, .. })));
+        // truncated at every length: always an error, never a panic
+        for cut in 0..good.len() {
+            assert!(decode(p, &good[..cut]).is_err(), "cut at {cut}");
+        }
+        assert!(matches!(decode(p, &good[..4]), Err(KdbError::Truncated { .. })));
+        // any flipped byte past the version is caught by the checksum
+        for i in 12..good.len() {
+            let mut b = good.clone();
+            b[i] ^= 0x40;
+            assert!(decode(p, &b).is_err(), "flip at {i}");
+        }
+        let mut b = good.clone();
+        let mid = good.len() / 2;
+        b[mid] ^= 1;
+        assert!(matches!(decode(p, &b), Err(KdbError::ChecksumMismatch { .. })));
+        // a database for another level is refused
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x.kdb");
+        save(&f, &t, LEVEL).unwrap();
+        assert!(matches!(load_for(&f, board(OTHER)), Err(KdbError::WrongLevel { .. })));
+        // a missing file names the path
+        let e = load_for(&dir.path().join("missing.kdb"), board(LEVEL)).err().unwrap();
+        assert!(e.to_string().contains("missing.kdb"));
+    }
+}

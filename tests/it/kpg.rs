@@ -1,0 +1,128 @@
+//! k-PG deadlock tables never change an answer, and the database file round-trips
+//! through the CLI with its refusals.
+
+use crate::common::{board_of, reference_bfs, repo, small_level, truth};
+use proptest::prelude::*;
+use sokoshard::engine::kpg::build_tables;
+use sokoshard::engine::search::NoProgress;
+use sokoshard::engine::PatternCheck;
+use sokoshard::model::board::Board;
+use sokoshard::model::level::split_collection;
+use sokoshard::model::solution::verify;
+use sokoshard::solve::{solve_local, SolveOptions, Status};
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+fn solve_with_k(board: &Board, k: usize) -> (Status, Option<usize>, Option<String>, u64) {
+    let board = Arc::new(board.clone());
+    let patterns: Option<Arc<dyn PatternCheck>> = if k == 0 {
+        None
+    } else {
+        let (t, _) = build_tables(board.clone(), k, 4, &AtomicBool::new(false), &NoProgress).unwrap();
+        Some(Arc::new(t))
+    };
+    let opts = SolveOptions { partitions: 8, patterns, ..Default::default() };
+    let r = solve_local(board, &opts, &AtomicBool::new(false), &NoProgress).unwrap();
+    (r.status, r.pushes, r.solution, r.states)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
+
+    #[test]
+    fn tables_never_change_the_answer_on_random_levels(text in small_level()) {
+        let Some(board) = board_of(&text) else { return Ok(()) };
+        let expect = reference_bfs(&board);
+        for k in 1..=3 {
+            let (status, pushes, solution, _) = solve_with_k(&board, k);
+            match expect {
+                Some(n) => {
+                    prop_assert_eq!(status, Status::Solved, "k={} {}", k, text);
+                    prop_assert_eq!(pushes, Some(n), "k={} {}", k, text);
+                    let level = sokoshard::model::level::parse_one(&text, "gen").unwrap();
+                    prop_assert!(verify(&level, solution.as_deref().unwrap()).valid);
+                }
+                None => prop_assert_eq!(status, Status::Unsolvable, "k={} {}", k, text),
+            }
+        }
+    }
+}
+
+/// With k = 1, 2 and 3 the Microban I push counts are unchanged (a spread of
+/// levels that solve quickly; the full set is in the README's benchmark).
+#[test]
+fn tables_keep_microban_push_counts() {
+    let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
+    let all = split_collection(&text, "Microban_155.xsb");
+    let truth = truth();
+    let pick = [1usize, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 150];
+    for (index, pushes, _, _) in truth.iter().filter(|t| pick.contains(&t.0)) {
+        let level = all[index - 1].parse().unwrap();
+        let board = Board::new(&level).unwrap();
+        let (_, _, _, states0) = solve_with_k(&board, 0);
+        for k in 1..=3 {
+            let (status, got, solution, states) = solve_with_k(&board, k);
+            assert_eq!(status, Status::Solved, "level {index} k={k}");
+            assert_eq!(got, Some(*pushes), "level {index} k={k}");
+            assert!(verify(&level, solution.as_deref().unwrap()).valid, "level {index} k={k}");
+            assert!(states <= states0, "level {index} k={k}: tables must not grow the search ({states} > {states0})");
+        }
+    }
+}
+
+fn sokoshard(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(args).output().unwrap()
+}
+
+#[test]
+fn deadlock_database_build_show_and_reuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mb93.kdb");
+    let db = db.to_str().unwrap();
+    let file = repo("levels/Microban_155.xsb");
+    let file = file.to_str().unwrap();
+    let o = sokoshard(&["deadlocks", "build", file, "--level", "93", "--k", "2", "-o", db, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    // level 93's 2-box game keeps backward patterns (which is where its gain comes from)
+    let kept = lines[1]["forward_patterns"].as_u64().unwrap() + lines[1]["backward_patterns"].as_u64().unwrap();
+    assert!(kept > 0, "{:?}", lines[1]);
+
+    let o = sokoshard(&["deadlocks", "show", db]);
+    assert_eq!(o.status.code(), Some(0));
+    let show = String::from_utf8_lossy(&o.stdout);
+    assert!(show.contains("k=2 forward") && show.contains("k=1 backward"), "{show}");
+
+    // reuse: same push count as without tables
+    let o = sokoshard(&["solve", file, "--level", "93", "--deadlocks", db, "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    assert_eq!(v["pushes"], 34);
+
+    // a database for another level is refused with a clear error
+    let o = sokoshard(&["solve", file, "--level", "92", "--deadlocks", db]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("built for another level"));
+
+    // a corrupt database is refused, never used
+    let mut bytes = std::fs::read(db).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    let bad = dir.path().join("bad.kdb");
+    std::fs::write(&bad, &bytes).unwrap();
+    let o = sokoshard(&["solve", file, "--level", "93", "--deadlocks", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("checksum mismatch"));
+    let o = sokoshard(&["deadlocks", "show", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+
+    // --kpg builds in memory first
+    let o = sokoshard(&["solve", file, "--level", "93", "--kpg", "2", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    assert_eq!(v["pushes"], 34);
+    assert!(v["kpg_seconds"].as_f64().unwrap() > 0.0);
+    assert_eq!(sokoshard(&["solve", file, "--level", "1", "--kpg", "9"]).status.code(), Some(2));
+}
