@@ -1,6 +1,6 @@
 //! The one integration-test binary: the CLI end to end, the rules as properties,
-//! the engine against a plain forward BFS, the cluster as separate processes, and
-//! the deployment files.
+//! the engine against a plain forward BFS, solving under a memory budget, the
+//! cluster as separate processes, and the deployment files.
 mod cli;
 mod cluster;
 mod common;
@@ -8,3 +8,4 @@ mod deploy;
 mod engine;
 mod kpg;
 mod rules;
+mod storage;
