@@ -1,8 +1,14 @@
 //! Local mode: solve one level in this process, an in-process cluster of one. Picks
 //! the key width, builds the store and exchange, runs the engine, rebuilds the path
 //! and renders the LURD solution.
+//!
+//! Two storage set-ups: everything in RAM ([`MemStore`] and [`LocalExchange`], the
+//! fast path, used when neither a memory budget nor a spill directory is asked
+//! for), or the disk-backed pair ([`DiskStore`] and [`SpillExchange`]) under a
+//! [`MemoryBudget`], writing into a fresh [`SpillDir`] that is removed when the
+//! solve ends, however it ends, unless kept.
 
-use crate::engine::partition::{LocalExchange, PartitionStore, Partitioner};
+use crate::engine::partition::{Exchange, LocalExchange, PartitionStore, Partitioner};
 use crate::engine::path::{rebuild, StoreLookup};
 use crate::engine::search::{bidirectional, Limits, LocalBackend, Progress, SearchEnd, SearchStats};
 use crate::engine::{EngineError, PatternCheck, Problem};
@@ -10,8 +16,12 @@ use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::rules::{goal_states, normalize_player, Pruning, Scratch};
 use crate::model::solution::pushes_to_lurd;
+use crate::storage::budget::{default_budget, MemoryBudget};
+use crate::storage::disk::{DiskOptions, DiskStore, DiskUsage, SpillPolicy};
 use crate::storage::mem::MemStore;
+use crate::storage::spill::{SpillDir, SpillExchange};
 use serde::Serialize;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
@@ -48,12 +58,57 @@ pub struct SolveOptions {
     pub max_states: Option<u64>,
     /// Pattern deadlock tables (k-PG), if any.
     pub patterns: Option<Arc<dyn PatternCheck>>,
+    /// Memory budget in bytes for states and successors. With a budget or a
+    /// spill directory the solve keeps what fits in RAM and spills the rest;
+    /// with neither, everything stays in RAM.
+    pub memory_budget: Option<u64>,
+    /// Existing directory to spill under (a fresh subdirectory is made in it);
+    /// the system temporary directory when `None`.
+    pub spill_dir: Option<PathBuf>,
+    /// Leave the spill files in place after the solve.
+    pub keep_spill: bool,
+    /// Which layers stay in RAM when they do not all fit.
+    pub spill_policy: SpillPolicy,
 }
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { partitions: 64, pruning: Pruning::ALL, max_states: None, patterns: None }
+        SolveOptions {
+            partitions: 64,
+            pruning: Pruning::ALL,
+            max_states: None,
+            patterns: None,
+            memory_budget: None,
+            spill_dir: None,
+            keep_spill: false,
+            spill_policy: SpillPolicy::KeepOldest,
+        }
     }
+}
+
+impl SolveOptions {
+    /// True when the solve runs on the disk-backed store.
+    pub fn spills(&self) -> bool {
+        self.memory_budget.is_some() || self.spill_dir.is_some()
+    }
+}
+
+/// What a budgeted (disk-backed) solve used.
+#[derive(Debug, Clone, Serialize)]
+pub struct StorageReport {
+    pub memory_budget_bytes: u64,
+    /// Partitions used (the budget may raise the requested count).
+    pub partitions: usize,
+    /// States held in layer shard files at the end (their bytes are the
+    /// report's `disk_bytes`).
+    pub disk_states: u64,
+    /// Most bytes on disk at once: layer shards plus successor runs.
+    pub peak_disk_bytes: u64,
+    /// Successor keys written to runs by the exchange.
+    pub spilled_candidates: u64,
+    /// The spill directory, when kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_dir: Option<PathBuf>,
 }
 
 /// The result of solving one level.
@@ -80,6 +135,9 @@ pub struct SolveReport {
     /// Why the level is unsolvable, when known without searching.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Disk use of a budgeted solve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageReport>,
 }
 
 /// Solves `board` in this process.
@@ -133,24 +191,85 @@ fn solve_typed<K: StateKey>(
         disk_bytes: 0,
         key_width: board.keyspace.width,
         reason: board.unsolvable.clone(),
+        storage: None,
     };
     if report.reason.is_some() {
         return Ok(report);
     }
     let problem = Problem::<K>::full(board.clone(), opts.pruning, opts.patterns.clone());
-    let partitioner = Partitioner::new(opts.partitions);
-    let store = MemStore::<K>::new(partitioner.count());
-    let exchange = LocalExchange::<K>::new(partitioner.count());
-    let mut backend = LocalBackend { problem: &problem, partitioner, store: &store, exchange: &exchange, cancel };
-    let (starts, goals) = seeds(&problem);
+    if !opts.spills() {
+        let partitioner = Partitioner::new(opts.partitions);
+        let store = MemStore::<K>::new(partitioner.count());
+        let exchange = LocalExchange::<K>::new(partitioner.count());
+        search(&problem, partitioner, &store, &exchange, opts, cancel, progress, &mut report)?;
+    } else {
+        let budget = MemoryBudget::new(
+            opts.memory_budget.unwrap_or_else(default_budget),
+            rayon::current_num_threads(),
+            std::mem::size_of::<K>(),
+        );
+        let partitioner = Partitioner::new(budget.partitions(opts.partitions));
+        let parts = partitioner.count();
+        let base = opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+        // declared first so that it is dropped (and the files removed) last
+        let spill = SpillDir::create(&base, opts.keep_spill)?;
+        let usage = Arc::new(DiskUsage::default());
+        let store = DiskStore::<K>::create(
+            spill.path(),
+            parts,
+            DiskOptions {
+                memory_bytes: budget.store_bytes(),
+                policy: opts.spill_policy,
+                usage: Some(usage.clone()),
+                ..DiskOptions::default()
+            },
+        )?;
+        let exchange = SpillExchange::<K>::create(
+            &spill.path().join("x"),
+            parts,
+            budget.exchange_bytes(),
+            budget.route_batch(parts),
+            budget.partition_keys(),
+            usage.clone(),
+        )?;
+        let result = search(&problem, partitioner, &store, &exchange, opts, cancel, progress, &mut report);
+        report.storage = Some(StorageReport {
+            memory_budget_bytes: budget.total,
+            partitions: parts,
+            disk_states: store.disk_keys(),
+            peak_disk_bytes: usage.peak(),
+            spilled_candidates: exchange.spilled_keys(),
+            spill_dir: spill.kept().then(|| spill.path().to_path_buf()),
+        });
+        result?;
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Runs the search on `store` and `exchange` and fills `report`, rebuilding the
+/// path when the sides meet.
+#[allow(clippy::too_many_arguments)]
+fn search<K: StateKey>(
+    problem: &Problem<K>,
+    partitioner: Partitioner,
+    store: &dyn PartitionStore<K>,
+    exchange: &dyn Exchange<K>,
+    opts: &SolveOptions,
+    cancel: &AtomicBool,
+    progress: &dyn Progress,
+    report: &mut SolveReport,
+) -> Result<(), EngineError> {
+    let mut backend = LocalBackend { problem, partitioner, store, exchange, cancel };
+    let (starts, goals) = seeds(problem);
     let limits = Limits { cancel, max_states: opts.max_states };
     let (end, stats) = bidirectional(&mut backend, &starts, &goals, &limits, progress)?;
-    fill_stats(&mut report, &stats);
+    fill_stats(report, &stats);
     match end {
         SearchEnd::Met { key, forward, backward } => {
-            let lookup = StoreLookup { store: &store as &dyn PartitionStore<K>, partitioner };
-            let pushes = rebuild(&problem, &lookup, key, forward, backward)?;
-            let lurd = pushes_to_lurd(&board, &pushes)
+            let lookup = StoreLookup { store, partitioner };
+            let pushes = rebuild(problem, &lookup, key, forward, backward)?;
+            let lurd = pushes_to_lurd(&problem.board, &pushes)
                 .ok_or_else(|| EngineError::Internal("rebuilt pushes do not replay".into()))?;
             report.status = Status::Solved;
             report.pushes = Some(pushes.len());
@@ -164,8 +283,7 @@ fn solve_typed<K: StateKey>(
         SearchEnd::Cancelled => report.status = Status::Timeout,
         SearchEnd::Limit => report.status = Status::Limit,
     }
-    report.seconds = started.elapsed().as_secs_f64();
-    Ok(report)
+    Ok(())
 }
 
 fn fill_stats(report: &mut SolveReport, stats: &SearchStats) {

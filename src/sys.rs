@@ -24,6 +24,15 @@ pub fn total_memory_bytes() -> Option<u64> {
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
+/// The soft limit on open file descriptors, if known (Linux `/proc`). The disk
+/// store keeps shard files open up to a share of it.
+pub fn open_files_limit() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = s.lines().find(|l| l.starts_with("Max open files"))?;
+    // "Max open files            1024                 4096                 files"
+    line["Max open files".len()..].split_whitespace().next()?.parse().ok()
+}
+
 /// Formats a byte count with a binary unit.
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -10,6 +10,10 @@ use super::deadlocks::KProgress;
 use sokoshard::engine::kpg::{build_tables, MAX_K};
 use sokoshard::storage::kdb;
 use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
+use sokoshard::storage::budget::parse_size;
+use sokoshard::storage::disk::SpillPolicy;
+use sokoshard::storage::spill::check_spill_base;
+use sokoshard::sys::{human_bytes, peak_rss_bytes};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +25,7 @@ use std::time::{Duration, Instant};
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 #[derive(clap::Args)]
+#[command(group = clap::ArgGroup::new("spill").args(["mem", "spill_dir"]).multiple(true))]
 pub struct SolveArgs {
     /// Collection file (XSB/SOK), or - for standard input.
     pub file: PathBuf,
@@ -35,9 +40,25 @@ pub struct SolveArgs {
     /// Stop a level (status `limit`) once this many states are stored.
     #[arg(long)]
     pub max_states: Option<u64>,
-    /// Number of state partitions (a power of two).
+    /// Number of state partitions (a power of two). With --mem or --spill-dir
+    /// this is a minimum: the budget asks for at least 64 per thread.
     #[arg(long, default_value_t = 64)]
     pub partitions: usize,
+    /// Memory budget for states and successors, e.g. 512MiB, 8GiB, 1.5GB or a
+    /// byte count; what does not fit spills to disk. Default with --spill-dir:
+    /// half of the machine's memory. Without either, everything stays in RAM.
+    #[arg(long, value_name = "SIZE", value_parser = parse_mem)]
+    pub mem: Option<u64>,
+    /// Existing directory to spill under (a fresh subdirectory is created in it
+    /// per level). Default with --mem: the system temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
+    /// Keep the spill files after each level instead of removing them.
+    #[arg(long, requires = "spill")]
+    pub keep_spill: bool,
+    /// Which layers stay in RAM when they do not all fit (oldest, newest, none).
+    #[arg(long, value_name = "POLICY", default_value = "oldest", value_parser = parse_policy, hide = true)]
+    pub spill_policy: SpillPolicy,
     /// Turn off freeze-deadlock pruning (dead squares stay on).
     #[arg(long)]
     pub no_freeze: bool,
@@ -53,6 +74,19 @@ pub struct SolveArgs {
     /// Write the levels with their solutions in SOK form to this file.
     #[arg(long)]
     pub output: Option<PathBuf>,
+}
+
+fn parse_mem(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_policy(s: &str) -> Result<SpillPolicy, String> {
+    match s {
+        "oldest" => Ok(SpillPolicy::KeepOldest),
+        "newest" => Ok(SpillPolicy::KeepNewest),
+        "none" => Ok(SpillPolicy::AllToDisk),
+        _ => Err(format!("{s:?}: expected oldest, newest or none")),
+    }
 }
 
 struct Outcome {
@@ -74,6 +108,9 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(k) = args.kpg {
         anyhow::ensure!((1..=MAX_K).contains(&k), "--kpg must be between 1 and {MAX_K}");
     }
+    if let Some(dir) = &args.spill_dir {
+        check_spill_base(dir)?;
+    }
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
     let picked = args.select.pick(&all, &source)?;
@@ -86,6 +123,10 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         pruning: Pruning { dead_squares: true, freeze: !args.no_freeze },
         max_states: args.max_states,
         patterns: None,
+        memory_budget: args.mem,
+        spill_dir: args.spill_dir.clone(),
+        keep_spill: args.keep_spill,
+        spill_policy: args.spill_policy,
     };
     let started = Instant::now();
     let mut outcomes = Vec::new();
@@ -219,14 +260,23 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
     let mut out = stdout.lock();
     if json {
         let v = match (report, error) {
-            (Some(r), _) => serde_json::json!({
-                "level": index, "title": title, "status": r.status,
-                "pushes": r.pushes, "moves": r.moves, "solution": r.solution,
-                "states": r.states, "generated": r.generated, "seconds": r.seconds, "kpg_seconds": r.kpg_seconds,
-                "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
-                "peak_memory_bytes": r.peak_memory_bytes, "store_bytes": r.store_bytes, "disk_bytes": r.disk_bytes, "peak_rss_bytes": sokoshard::sys::peak_rss_bytes(),
-                "key": r.key_width, "reason": r.reason,
-            }),
+            (Some(r), _) => {
+                let mut v = serde_json::json!({
+                    "level": index, "title": title, "status": r.status,
+                    "pushes": r.pushes, "moves": r.moves, "solution": r.solution,
+                    "states": r.states, "generated": r.generated, "seconds": r.seconds, "kpg_seconds": r.kpg_seconds,
+                    "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
+                    "peak_memory_bytes": r.peak_memory_bytes, "store_bytes": r.store_bytes, "disk_bytes": r.disk_bytes, "peak_rss_bytes": peak_rss_bytes(),
+                    "key": r.key_width, "reason": r.reason,
+                });
+                // a budgeted solve adds its storage figures
+                if let (Some(st), Some(obj)) = (&r.storage, v.as_object_mut()) {
+                    if let Ok(serde_json::Value::Object(extra)) = serde_json::to_value(st) {
+                        obj.extend(extra);
+                    }
+                }
+                v
+            }
             (None, err) => serde_json::json!({
                 "level": index, "title": title, "status": "error",
                 "pushes": null, "moves": null, "solution": null, "states": 0, "seconds": 0.0,
@@ -259,6 +309,21 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                 "  states: {} stored, {} generated; {:.3} s",
                 r.states, r.generated, r.seconds
             );
+            if let Some(st) = &r.storage {
+                let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
+                let _ = writeln!(
+                    out,
+                    "  disk: {} for {} states on disk ({per:.2} B/state), peak {}; budget {}, peak RSS {}",
+                    human_bytes(r.disk_bytes),
+                    st.disk_states,
+                    human_bytes(st.peak_disk_bytes),
+                    human_bytes(st.memory_budget_bytes),
+                    human_bytes(peak_rss_bytes())
+                );
+                if let Some(dir) = &st.spill_dir {
+                    let _ = writeln!(out, "  spill files kept in {}", dir.display());
+                }
+            }
         }
         (None, Some(e)) => {
             let _ = writeln!(out, "level {index} ({title}): error: {e}");

@@ -96,6 +96,7 @@ pub fn report_of(r: &SolveResult) -> SolveReport {
         _ => Status::Error,
     };
     SolveReport {
+        storage: None,
         status,
         pushes: r.pushes.map(|v| v as usize),
         moves: r.moves.map(|v| v as usize),

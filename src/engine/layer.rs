@@ -11,9 +11,6 @@ use crate::model::rules::Scratch;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Successors are routed in batches of this many keys per destination.
-const ROUTE_BATCH: usize = 2048;
-
 /// What the expand phase did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExpandStats {
@@ -48,6 +45,7 @@ pub fn expand<K: StateKey>(
     let expanded = AtomicU64::new(0);
     let generated = AtomicU64::new(0);
     let parts = partitioner.count();
+    let batch = exchange.route_batch().max(1);
     partitions.par_iter().try_for_each_init(
         || Scratch::new(&problem.board),
         |sc, &p| -> Result<(), EngineError> {
@@ -68,7 +66,7 @@ pub fn expand<K: StateKey>(
                         let q = partitioner.of(&succ);
                         let b = &mut buckets[q];
                         b.push(succ);
-                        if b.len() >= ROUTE_BATCH && route_err.is_none() {
+                        if b.len() >= batch && route_err.is_none() {
                             if let Err(e) = exchange.send(q, std::mem::take(b)) {
                                 route_err = Some(e);
                             }

@@ -94,7 +94,16 @@ pub trait Exchange<K: StateKey>: Send + Sync {
     fn clear(&self);
     /// Bytes currently buffered in memory.
     fn buffered_bytes(&self) -> u64;
+    /// Keys per batch the expand phase should route to one partition at a time.
+    /// Every expanding thread holds up to one batch per partition, so a memory
+    /// budget caps this.
+    fn route_batch(&self) -> usize {
+        DEFAULT_ROUTE_BATCH
+    }
 }
+
+/// Routing batch when no budget asks for less.
+pub const DEFAULT_ROUTE_BATCH: usize = 2048;
 
 /// A partition's candidates: keys, and how many of them at the front are already
 /// sorted and unique.

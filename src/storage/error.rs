@@ -76,6 +76,19 @@ pub enum StorageError {
     #[error("{path}: query key #{index} is smaller than the one before it", path = .path.display())]
     QueryNotSorted { path: PathBuf, index: usize },
 
+    /// A disk store's manifest is missing fields, damaged or from another store.
+    #[error("{path}: bad store manifest: {reason}", path = .path.display())]
+    BadManifest { path: PathBuf, reason: String },
+
+    /// A shard is intact but is not the one the store expected at this path
+    /// (another side, partition or layer, or a different key count).
+    #[error("{path}: shard does not belong here: {reason}", path = .path.display())]
+    Misplaced { path: PathBuf, reason: String },
+
+    /// A spill directory cannot be used (missing, not a directory, not writable).
+    #[error("spill directory {path}: {reason}", path = .path.display())]
+    SpillDir { path: PathBuf, reason: String },
+
     /// An earlier error left the writer in an unknown state; it refuses to
     /// produce a shard that might silently miss keys.
     #[error("{path}: writer is unusable after an earlier error", path = .path.display())]
@@ -123,6 +136,9 @@ impl StorageError {
             | StorageError::CorruptBlock { path, .. }
             | StorageError::NotSorted { path, .. }
             | StorageError::QueryNotSorted { path, .. }
+            | StorageError::BadManifest { path, .. }
+            | StorageError::Misplaced { path, .. }
+            | StorageError::SpillDir { path, .. }
             | StorageError::WriterFailed { path } => path,
         }
     }

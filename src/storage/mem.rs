@@ -1,6 +1,10 @@
-//! The in-memory partition store: each layer of each partition is a sorted,
-//! shrunk-to-fit vector of keys, so a stored state costs exactly its key width
-//! (8 bytes for `u64` keys) plus a few bytes of vector header per layer.
+//! The in-memory partition store. Each side of each partition is a list of sorted
+//! runs, LSM-style: the newest layer (the frontier) is a run of its own, and older
+//! layers are merged into runs of geometrically growing size whose keys carry a
+//! one-byte layer offset. Duplicate and meeting checks then look at O(log layers)
+//! runs instead of every layer, which matters in deep, narrow searches (hundreds
+//! of layers), at a cost of one byte per state beyond the key (9 bytes per state
+//! with `u64` keys).
 
 use crate::engine::partition::{first_common, subtract_sorted, PartitionStore, StoreBytes};
 use crate::engine::Side;
@@ -9,9 +13,90 @@ use crate::storage::StorageError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+/// Sorted unique keys of the layers `first..=last`; `offset[i]` is the layer of
+/// `keys[i]` minus `first` (empty when the run holds one layer).
+struct Run<K> {
+    first: usize,
+    last: usize,
+    keys: Vec<K>,
+    offset: Vec<u8>,
+    /// Keys per layer, `lens[l - first]`.
+    lens: Vec<u64>,
+}
+
+impl<K: StateKey> Run<K> {
+    fn layer_of(&self, i: usize) -> usize {
+        if self.offset.is_empty() {
+            self.first
+        } else {
+            self.first + self.offset[i] as usize
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.keys.capacity() * std::mem::size_of::<K>() + self.offset.capacity() + self.lens.capacity() * 8) as u64
+    }
+
+    /// Merges two runs of adjacent layer ranges (`a` older).
+    fn merge(a: Run<K>, b: Run<K>) -> Run<K> {
+        let first = a.first;
+        let n = a.keys.len() + b.keys.len();
+        let mut keys = Vec::with_capacity(n);
+        let mut offset = Vec::with_capacity(n);
+        let (mut i, mut j) = (0, 0);
+        while i < a.keys.len() || j < b.keys.len() {
+            // a key is stored in one layer only, so the runs never share a key
+            let take_a = j == b.keys.len() || (i < a.keys.len() && a.keys[i] < b.keys[j]);
+            if take_a {
+                keys.push(a.keys[i]);
+                offset.push((a.layer_of(i) - first) as u8);
+                i += 1;
+            } else {
+                keys.push(b.keys[j]);
+                offset.push((b.layer_of(j) - first) as u8);
+                j += 1;
+            }
+        }
+        let mut lens = a.lens;
+        lens.extend(b.lens);
+        Run { first, last: b.last, keys, offset, lens }
+    }
+}
+
+struct SideRuns<K> {
+    runs: Vec<Run<K>>,
+    pending: Option<Vec<K>>,
+}
+
+impl<K: StateKey> SideRuns<K> {
+    fn run_of(&self, layer: usize) -> Option<&Run<K>> {
+        self.runs.iter().find(|r| r.first <= layer && layer <= r.last)
+    }
+
+    /// Keeps the frontier alone and merges older runs while the older of two
+    /// neighbours is not more than twice the newer (a binary counter: O(log)
+    /// runs, each key merged O(log) times) and the span fits a byte offset.
+    fn compact(&mut self) {
+        loop {
+            let n = self.runs.len();
+            if n < 3 {
+                return;
+            }
+            let (a, b) = (&self.runs[n - 3], &self.runs[n - 2]);
+            if a.keys.len() > 2 * b.keys.len().max(1) || b.last - a.first > u8::MAX as usize {
+                return;
+            }
+            let frontier = self.runs.pop().expect("n >= 3");
+            let b = self.runs.pop().expect("n >= 3");
+            let a = self.runs.pop().expect("n >= 3");
+            self.runs.push(Run::merge(a, b));
+            self.runs.push(frontier);
+        }
+    }
+}
+
 struct Part<K> {
-    layers: [Vec<Vec<K>>; 2],
-    pending: [Option<Vec<K>>; 2],
+    sides: [SideRuns<K>; 2],
 }
 
 /// Layers of every partition kept in RAM.
@@ -22,10 +107,9 @@ pub struct MemStore<K> {
 
 impl<K: StateKey> MemStore<K> {
     pub fn new(partitions: usize) -> Self {
+        let side = || SideRuns { runs: Vec::new(), pending: None };
         MemStore {
-            parts: (0..partitions)
-                .map(|_| Mutex::new(Part { layers: [Vec::new(), Vec::new()], pending: [None, None] }))
-                .collect(),
+            parts: (0..partitions).map(|_| Mutex::new(Part { sides: [side(), side()] })).collect(),
             sealed: [AtomicUsize::new(0), AtomicUsize::new(0)],
         }
     }
@@ -43,7 +127,8 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
         self.sealed[side.index()].load(Ordering::Acquire)
     }
     fn layer_len(&self, side: Side, layer: usize, partition: usize) -> u64 {
-        self.part(partition).layers[side.index()].get(layer).map_or(0, |l| l.len() as u64)
+        let part = self.part(partition);
+        part.sides[side.index()].run_of(layer).map_or(0, |r| r.lens[layer - r.first])
     }
     fn for_each_chunk(
         &self,
@@ -53,66 +138,167 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
         f: &mut dyn FnMut(&[K]) -> Result<(), StorageError>,
     ) -> Result<(), StorageError> {
         let part = self.part(partition);
-        if let Some(l) = part.layers[side.index()].get(layer) {
-            for chunk in l.chunks(4096) {
+        let Some(run) = part.sides[side.index()].run_of(layer) else { return Ok(()) };
+        if run.offset.is_empty() {
+            for chunk in run.keys.chunks(4096) {
                 f(chunk)?;
+            }
+        } else {
+            // an old layer inside a merged run: filter it out, a chunk at a time
+            let want = (layer - run.first) as u8;
+            let mut buf = Vec::with_capacity(4096);
+            for (k, &o) in run.keys.iter().zip(&run.offset) {
+                if o == want {
+                    buf.push(*k);
+                    if buf.len() == 4096 {
+                        f(&buf)?;
+                        buf.clear();
+                    }
+                }
+            }
+            if !buf.is_empty() {
+                f(&buf)?;
             }
         }
         Ok(())
     }
     fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), StorageError> {
         let part = self.part(partition);
-        // newest layers first: in BFS most duplicates are recent
-        for l in part.layers[side.index()].iter().rev() {
+        // newest first: in BFS most duplicates are recent
+        for run in part.sides[side.index()].runs.iter().rev() {
             if candidates.is_empty() {
                 break;
             }
-            subtract_sorted(candidates, l);
+            subtract_sorted(candidates, &run.keys);
         }
         Ok(())
     }
     fn find_any(&self, side: Side, partition: usize, keys: &[K]) -> Result<Option<(K, usize)>, StorageError> {
         let part = self.part(partition);
-        for (i, l) in part.layers[side.index()].iter().enumerate() {
-            if let Some(k) = first_common(keys, l) {
-                return Ok(Some((k, i)));
+        // the lowest layer holding any of `keys`, as a scan layer by layer would
+        // find; within a merged run every common key is looked at
+        let mut best: Option<(K, usize)> = None;
+        for run in &part.sides[side.index()].runs {
+            if best.is_some_and(|(_, l)| l < run.first) {
+                continue;
+            }
+            if run.offset.is_empty() {
+                if let Some(k) = first_common(keys, &run.keys) {
+                    best = Some((k, run.first));
+                }
+                continue;
+            }
+            let mut consider = |k: K, j: usize| {
+                let layer = run.layer_of(j);
+                if best.is_none_or(|(_, l)| layer < l) {
+                    best = Some((k, layer));
+                }
+            };
+            let log = usize::BITS - run.keys.len().leading_zeros();
+            if keys.len() * (log as usize) < run.keys.len() {
+                for k in keys {
+                    if let Ok(j) = run.keys.binary_search(k) {
+                        consider(*k, j);
+                    }
+                }
+            } else {
+                let (mut i, mut j) = (0, 0);
+                while i < keys.len() && j < run.keys.len() {
+                    match keys[i].cmp(&run.keys[j]) {
+                        std::cmp::Ordering::Less => i += 1,
+                        std::cmp::Ordering::Greater => j += 1,
+                        std::cmp::Ordering::Equal => {
+                            consider(keys[i], j);
+                            i += 1;
+                            j += 1;
+                        }
+                    }
+                }
             }
         }
-        Ok(None)
+        Ok(best)
     }
     fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, StorageError> {
-        Ok(self.part(partition).layers[side.index()].get(layer).is_some_and(|l| l.binary_search(key).is_ok()))
+        let part = self.part(partition);
+        let Some(run) = part.sides[side.index()].run_of(layer) else { return Ok(false) };
+        Ok(run.keys.binary_search(key).is_ok_and(|i| run.layer_of(i) == layer))
     }
     fn push_layer(&self, side: Side, partition: usize, mut keys: Vec<K>) -> Result<(), StorageError> {
         keys.shrink_to_fit();
-        self.part(partition).pending[side.index()] = Some(keys);
+        self.part(partition).sides[side.index()].pending = Some(keys);
         Ok(())
     }
     fn seal_layer(&self, side: Side) -> Result<(), StorageError> {
+        let layer = self.sealed[side.index()].load(Ordering::Acquire);
         for p in 0..self.parts.len() {
             let mut part = self.part(p);
-            let layer = part.pending[side.index()].take().unwrap_or_default();
-            part.layers[side.index()].push(layer);
+            let s = &mut part.sides[side.index()];
+            let keys = s.pending.take().unwrap_or_default();
+            let len = keys.len() as u64;
+            s.runs.push(Run { first: layer, last: layer, keys, offset: Vec::new(), lens: vec![len] });
+            s.compact();
         }
         self.sealed[side.index()].fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
     fn abort_layer(&self, side: Side) {
         for p in 0..self.parts.len() {
-            self.part(p).pending[side.index()] = None;
+            self.part(p).sides[side.index()].pending = None;
         }
     }
     fn bytes(&self) -> StoreBytes {
         let mut memory = 0u64;
         for p in 0..self.parts.len() {
             let part = self.part(p);
-            for side in &part.layers {
-                memory += (side.capacity() * std::mem::size_of::<Vec<K>>()) as u64;
-                for l in side {
-                    memory += (l.capacity() * std::mem::size_of::<K>()) as u64;
-                }
+            for side in &part.sides {
+                memory += side.runs.iter().map(Run::bytes).sum::<u64>();
             }
         }
         StoreBytes { memory, disk: 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Runs merged LSM-style answer every query exactly as per-layer sets do.
+        #[test]
+        fn merged_runs_answer_like_plain_layers(layers in proptest::collection::vec(proptest::collection::btree_set(0u64..5000, 0..60), 1..40),
+                                              probes in proptest::collection::vec(0u64..5000, 50)) {
+            // keys unique across layers, as BFS guarantees
+            let mut seen = std::collections::BTreeSet::new();
+            let layers: Vec<Vec<u64>> = layers.into_iter().map(|l| l.into_iter().filter(|k| seen.insert(*k)).collect()).collect();
+            let store = MemStore::<u64>::new(1);
+            for l in &layers {
+                store.push_layer(Side::Forward, 0, l.clone()).unwrap();
+                store.seal_layer(Side::Forward).unwrap();
+            }
+            prop_assert_eq!(store.layers(Side::Forward), layers.len());
+            for (i, l) in layers.iter().enumerate() {
+                prop_assert_eq!(store.layer_len(Side::Forward, i, 0), l.len() as u64);
+                let mut got = Vec::new();
+                store.for_each_chunk(Side::Forward, i, 0, &mut |c| { got.extend_from_slice(c); Ok(()) }).unwrap();
+                prop_assert_eq!(&got, l);
+                for p in &probes {
+                    prop_assert_eq!(store.contains(Side::Forward, i, 0, p).unwrap(), l.contains(p));
+                }
+            }
+            let mut probes_sorted = probes.clone();
+            probes_sorted.sort_unstable();
+            probes_sorted.dedup();
+            let mut c = probes_sorted.clone();
+            store.retain_unseen(Side::Forward, 0, &mut c).unwrap();
+            let expect: Vec<u64> = probes_sorted.iter().copied().filter(|k| !seen.contains(k)).collect();
+            prop_assert_eq!(c, expect);
+            let hit = store.find_any(Side::Forward, 0, &probes_sorted).unwrap();
+            let expect_layer = layers.iter().position(|l| probes_sorted.iter().any(|k| l.contains(k)));
+            prop_assert_eq!(hit.map(|h| h.1), expect_layer);
+            if let Some((k, layer)) = hit {
+                prop_assert!(layers[layer].contains(&k));
+            }
+        }
     }
 }

@@ -332,7 +332,7 @@ fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
 }
 
 /// A rename is only durable once the directory entry is on disk too.
-fn sync_parent_dir(path: &Path) -> Result<(), StorageError> {
+pub(crate) fn sync_parent_dir(path: &Path) -> Result<(), StorageError> {
     #[cfg(unix)]
     {
         let dir = match path.parent() {
@@ -355,6 +355,19 @@ pub fn write_shard<K: StateKey>(
     keys: &[K],
 ) -> Result<ShardInfo, StorageError> {
     let mut w = ShardWriter::<K>::create(path, meta)?;
+    for &k in keys {
+        w.push(k)?;
+    }
+    w.finish()
+}
+
+/// Like [`write_shard`] without the fsyncs ([`ShardWriter::unsynced`]).
+pub fn write_shard_unsynced<K: StateKey>(
+    path: &Path,
+    meta: ShardMeta,
+    keys: &[K],
+) -> Result<ShardInfo, StorageError> {
+    let mut w = ShardWriter::<K>::create(path, meta)?.unsynced();
     for &k in keys {
         w.push(k)?;
     }
@@ -385,6 +398,7 @@ pub struct ShardWriter<K: StateKey> {
     comp: Vec<u8>,
     failed: bool,
     finished: bool,
+    sync: bool,
 }
 
 impl<K: StateKey> ShardWriter<K> {
@@ -437,7 +451,17 @@ impl<K: StateKey> ShardWriter<K> {
             comp: Vec::new(),
             failed: false,
             finished: false,
+            sync: true,
         })
+    }
+
+    /// Skips the fsyncs of the file and its directory in [`ShardWriter::finish`].
+    /// For scratch files that die with the process (spilled layers, exchange
+    /// runs): the rename still makes the file appear whole or not at all, and an
+    /// fsync per file would cost more than the rest of writing it.
+    pub fn unsynced(mut self) -> Self {
+        self.sync = false;
+        self
     }
 
     /// Appends `key`, which must be strictly greater than the previous one.
@@ -551,7 +575,8 @@ impl<K: StateKey> ShardWriter<K> {
         res
     }
 
-    /// Completes the shard: index, header, footer, fsync, rename into place.
+    /// Completes the shard: index, header, footer, fsync (unless
+    /// [`ShardWriter::unsynced`]), rename into place.
     pub fn finish(mut self) -> Result<ShardInfo, StorageError> {
         if self.failed {
             return Err(StorageError::WriterFailed {
@@ -603,12 +628,16 @@ impl<K: StateKey> ShardWriter<K> {
         file.seek(SeekFrom::Start(0))
             .and_then(|_| file.write_all(&header))
             .map_err(|e| StorageError::io(&tmp, "writing", e))?;
-        file.sync_all()
-            .map_err(|e| StorageError::io(&tmp, "syncing", e))?;
+        if self.sync {
+            file.sync_all()
+                .map_err(|e| StorageError::io(&tmp, "syncing", e))?;
+        }
         drop(file);
         fs::rename(&tmp, &self.path).map_err(|e| StorageError::io(&tmp, "renaming", e))?;
         self.finished = true;
-        sync_parent_dir(&self.path)?;
+        if self.sync {
+            sync_parent_dir(&self.path)?;
+        }
         Ok(ShardInfo {
             keys: self.keys,
             bytes: file_len,
@@ -1025,6 +1054,34 @@ impl<K: StateKey> ShardReader<K> {
         Ok(out)
     }
 
+    /// Streams the keys in `lo..=hi` in order, reading only the blocks that can
+    /// hold them (one block in memory). Each block is hash-checked; the
+    /// whole-file checksum is not, since that needs every byte of the file.
+    pub fn for_each_in_range(
+        &self,
+        lo: &K,
+        hi: &K,
+        mut f: impl FnMut(&[K]) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        if lo > hi {
+            return Ok(());
+        }
+        let mut s = Scratch::default();
+        let mut keys = Vec::new();
+        for b in self.block_for(lo).unwrap_or(0)..self.index.len() {
+            if self.index[b].first > *hi {
+                break;
+            }
+            self.read_block(b, &mut s, &mut keys, None)?;
+            let from = keys.partition_point(|k| k < lo);
+            let to = keys.partition_point(|k| k <= hi);
+            if from < to {
+                f(&keys[from..to])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Streams the keys block by block (one block in memory). Each block is
     /// hash-checked before `f` sees it; the whole-file checksum is checked after
     /// the last block, so an `Err` may arrive after `f` has seen every block.
@@ -1204,6 +1261,30 @@ mod tests {
             }
             let mut lz = vec![0u8; 4096];
             let _ = lz4_flex::block::decompress_into(&raw, &mut lz);
+        }
+    }
+
+    #[test]
+    fn range_reads_only_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.shard");
+        let keys: Vec<u64> = (0..1000u64).map(|i| i * 3 + 7).collect();
+        let mut w = ShardWriter::<u64>::create_with_block_keys(&path, META, 64).unwrap();
+        for &k in &keys {
+            w.push(k).unwrap();
+        }
+        w.finish().unwrap();
+        let r = ShardReader::<u64>::open(&path).unwrap();
+        for (lo, hi) in [(0, 6), (0, 7), (7, 7), (8, 9), (100, 500), (190, 3000), (2990, 5000), (5, 2), (0, u64::MAX)] {
+            let mut got = Vec::new();
+            r.for_each_in_range(&lo, &hi, |b| {
+                assert!(!b.is_empty());
+                got.extend_from_slice(b);
+                Ok(())
+            })
+            .unwrap();
+            let expect: Vec<u64> = keys.iter().copied().filter(|&k| k >= lo && k <= hi).collect();
+            assert_eq!(got, expect, "{lo}..={hi}");
         }
     }
 

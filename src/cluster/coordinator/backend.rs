@@ -151,6 +151,7 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         Err(ClusterError::Cancelled) | Err(ClusterError::Engine(_)) if stop.load(Ordering::SeqCst) && !user_cancel => {
             let rec = sh.record(id).unwrap_or_else(|| rec.clone());
             Ok(SolveReport {
+                storage: None,
                 status: Status::Timeout,
                 pushes: None,
                 moves: None,
@@ -319,6 +320,7 @@ fn run_typed<K: StateKey>(
 ) -> Result<SolveReport, ClusterError> {
     let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
     let mut report = SolveReport {
+        storage: None,
         status: Status::Unsolvable,
         pushes: None,
         moves: None,
