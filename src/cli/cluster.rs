@@ -4,14 +4,15 @@
 
 use super::solve::{print_level, print_summary_of};
 use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sokoshard::cluster::client::{Client, JobView, SubmitOptions};
 use sokoshard::cluster::coordinator::CoordinatorConfig;
 use sokoshard::cluster::net::{NetConfig, TlsFiles};
 use sokoshard::cluster::worker::WorkerConfig;
 use sokoshard::solve::Status;
-use sokoshard::sys::{human_bytes, total_memory_bytes};
+use sokoshard::storage::budget::{default_budget, parse_size};
+use sokoshard::sys::human_bytes;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -103,7 +104,8 @@ pub struct WorkerArgs {
     /// Where this worker keeps its identity and its checkpoints.
     #[arg(long)]
     pub data_dir: PathBuf,
-    /// Memory budget, e.g. 4G or 512M (default: half the machine's memory).
+    /// Memory budget, e.g. 4G or 512M (default: half the machine's memory):
+    /// half of it holds layers in RAM, the rest spills to the data dir.
     #[arg(long)]
     pub mem: Option<String>,
     /// Threads for expanding and merging (default: all cores).
@@ -177,23 +179,6 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
 }
 
-/// Parses sizes like `512M`, `4G`, `1.5GiB`, `1048576`.
-pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().with_context(|| format!("size {s:?}: expected a number with an optional unit"))?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1u64,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        u => bail!("size {s:?}: unknown unit {u:?}"),
-    };
-    Ok((v * mult as f64) as u64)
-}
-
 pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
     anyhow::ensure!(a.heartbeat_timeout > 0.0 && a.resume_timeout > 0.0, "timeouts must be positive");
     let cfg = CoordinatorConfig {
@@ -212,8 +197,8 @@ pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
 
 pub fn run_worker(a: WorkerArgs) -> Result<ExitCode> {
     let mem = match &a.mem {
-        Some(s) => parse_size(s)?,
-        None => total_memory_bytes().unwrap_or(4 << 30) / 2,
+        Some(s) => parse_size(s).map_err(|e| anyhow::anyhow!("--mem: {e}"))?,
+        None => default_budget(),
     };
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     anyhow::ensure!(threads >= 1, "--threads must be at least 1");

@@ -100,9 +100,13 @@ impl Cluster {
 
     /// Starts worker `i` (its data dir is fixed by `i`) on a fresh port.
     fn start_worker(&mut self, i: usize) -> usize {
+        self.start_worker_with(i, "256M")
+    }
+
+    fn start_worker_with(&mut self, i: usize, mem: &str) -> usize {
         let addr = format!("127.0.0.1:{}", free_port());
         let mut args = s(&["worker", "--join", &self.addr, "--listen", &addr, "--token", TOKEN]);
-        args.extend(s(&["--mem", "256M", "--threads", "1", "--data-dir", self.worker_dir(i).to_str().unwrap()]));
+        args.extend(s(&["--mem", mem, "--threads", "1", "--data-dir", self.worker_dir(i).to_str().unwrap()]));
         args.extend(self.tls.iter().cloned());
         let p = spawn(&args, &self.dir.path().join(format!("worker{i}.log")));
         if i < self.workers.len() {
@@ -228,6 +232,27 @@ fn cluster_of_three_solves_like_local_mode() {
         assert!(w["keys_sent"].as_u64().unwrap() > 0, "worker sent nothing: {w}");
         // successors of its own partitions never left the process
         assert!(w["keys_local"].as_u64().unwrap() > 0, "worker kept nothing local: {w}");
+    }
+}
+
+#[test]
+fn workers_over_their_memory_budget_spill_to_disk_and_agree_with_local_mode() {
+    let mut c = Cluster::start(&["--min-workers", "2"], &[]);
+    c.start_worker_with(0, "64K");
+    c.start_worker_with(1, "64K");
+    c.wait_workers(2);
+    let file = repo(MICROBAN);
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--levels", "35-36", "--json", "--partitions", "16"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let got: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let local = local_solve(&file, "35-36");
+    for (g, l) in got.iter().zip(&local) {
+        let level = g["level"].as_u64().unwrap() as usize;
+        assert_eq!(g["pushes"], l["pushes"], "level {level}");
+        assert_eq!(g["states"], l["states"], "level {level}");
+        assert_eq!(g["solution"], l["solution"], "level {level}");
+        assert!(g["disk_bytes"].as_u64().unwrap() > 0, "level {level}: nothing spilled under a 64 KiB budget: {g}");
     }
 }
 

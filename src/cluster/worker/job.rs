@@ -16,7 +16,8 @@ use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
-use crate::storage::mem::MemStore;
+use crate::storage::budget::MemoryBudget;
+use crate::storage::disk::{DiskOptions, DiskStore};
 use crate::storage::{kdb, ShardMeta, ShardReader, ShardWriter, StorageError};
 use prost::Message;
 use rayon::prelude::*;
@@ -56,6 +57,9 @@ pub struct JobSpec {
     pub boxes: usize,
     /// k-PG tables the search checks (a .kdb database), if any.
     pub kpg: Vec<u8>,
+    /// The worker's memory budget (`--mem`) and its expand/merge threads.
+    pub mem: u64,
+    pub threads: usize,
 }
 
 /// The durable record of which layers a worker holds for a job.
@@ -164,8 +168,10 @@ struct TypedJob<K: StateKey> {
     me: u32,
     node_id: String,
     mine: Vec<usize>,
-    /// Where this worker's layers live. A [`MemStore`] today; the switch to the
-    /// disk store (memory budget, spilling) is this one field.
+    /// Where this worker's layers live: a [`DiskStore`] that keeps them in RAM
+    /// within the worker's budget and spills the rest to `dir/store`. Durability
+    /// is the checkpoint's job (shard files + manifest per sealed layer), so the
+    /// store itself is not durable and is rebuilt from the checkpoint on resume.
     store: Box<dyn PartitionStore<K>>,
     exchange: LocalExchange<K>,
     step: Mutex<StepState>,
@@ -187,12 +193,25 @@ impl<K: StateKey> TypedJob<K> {
         let parts = spec.table.owners.len();
         let partitioner = Partitioner::new(parts);
         let mine: Vec<usize> = (0..parts).filter(|&p| spec.table.owners[p] == spec.me).collect();
-        let store: Box<dyn PartitionStore<K>> = Box::new(MemStore::<K>::new(parts));
         let dir = spec.dir.clone();
+        if spec.want == [0, 0] && dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| ClusterError::io(format!("clearing {}", dir.display()), e))?;
+        }
+        let store_dir = dir.join("store");
+        if store_dir.exists() {
+            std::fs::remove_dir_all(&store_dir)
+                .map_err(|e| ClusterError::io(format!("clearing {}", store_dir.display()), e))?;
+        }
+        // the store's share of the budget, spread over the partitions held here
+        // (the store divides its budget by the partition count of the whole job)
+        let budget = MemoryBudget::new(spec.mem, spec.threads, K::LIMBS * 8);
+        let share = match mine.len() {
+            0 => 0,
+            n => budget.store_bytes().saturating_mul(parts as u64) / n as u64,
+        };
+        let store: Box<dyn PartitionStore<K>> =
+            Box::new(DiskStore::<K>::create(&store_dir, parts, DiskOptions { memory_bytes: share, ..DiskOptions::default() })?);
         let manifest = if spec.want == [0, 0] {
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir).map_err(|e| ClusterError::io(format!("clearing {}", dir.display()), e))?;
-            }
             std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io(format!("creating {}", dir.display()), e))?;
             Manifest {
                 job_id: spec.job_id,

@@ -46,6 +46,7 @@ struct State {
     node_id: String,
     incarnation: u64,
     data_dir: PathBuf,
+    mem: u64,
     clients: WorkerClients,
     job: Mutex<Option<Arc<dyn WorkerJob>>>,
     keys_sent: AtomicU64,
@@ -93,12 +94,13 @@ pub fn node_id(data_dir: &std::path::Path) -> Result<String, ClusterError> {
 }
 
 impl WorkerService {
-    pub fn new(node_id: String, data_dir: PathBuf, net: NetConfig) -> Self {
+    pub fn new(node_id: String, data_dir: PathBuf, mem: u64, net: NetConfig) -> Self {
         WorkerService {
             st: Arc::new(State {
                 node_id,
                 incarnation: random_u64(),
                 data_dir,
+                mem,
                 clients: WorkerClients::new(net),
                 job: Mutex::new(None),
                 keys_sent: AtomicU64::new(0),
@@ -219,6 +221,8 @@ impl Worker for WorkerService {
             phase: phase.clone(),
             boxes: r.boxes as usize,
             kpg: r.kpg_tables,
+            mem: self.st.mem,
+            threads: rayon::current_num_threads(),
         };
         let j = run_cpu(move || open_job(spec)).await??;
         tracing::info!(job = r.job_id, phase = %phase, forward = want[0], backward = want[1], partitions = j.owned(), "job loaded");
@@ -363,7 +367,7 @@ impl Worker for WorkerService {
 /// keeps itself joined to the coordinator.
 pub async fn serve(cfg: WorkerConfig) -> Result<(), ClusterError> {
     let node = node_id(&cfg.data_dir)?;
-    let svc = WorkerService::new(node.clone(), cfg.data_dir.clone(), cfg.net.clone());
+    let svc = WorkerService::new(node.clone(), cfg.data_dir.clone(), cfg.mem, cfg.net.clone());
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| ClusterError::io(format!("listening on {}", cfg.listen), e))?;
