@@ -107,10 +107,17 @@ wait_for() {
 }
 
 # ------------------------------------------------------------------ build
-say "building the release binary"
-cargo build --release --locked --bin sokoshard
-# a private copy: the target directory may be shared with other builds
-cp "${CARGO_TARGET_DIR:-target}/release/sokoshard" "$tmp/sokoshard"
+# SOKOSHARD_BINARY=PATH uses a binary already built (CI passes the one
+# `cargo test` just built, which saves a second full build of every dependency)
+if [ -n "${SOKOSHARD_BINARY:-}" ]; then
+  say "using the binary $SOKOSHARD_BINARY"
+  cp "$SOKOSHARD_BINARY" "$tmp/sokoshard"
+else
+  say "building the release binary"
+  cargo build --release --locked --bin sokoshard
+  # a private copy: the target directory may be shared with other builds
+  cp "${CARGO_TARGET_DIR:-target}/release/sokoshard" "$tmp/sokoshard"
+fi
 bin=$tmp/sokoshard
 say "building the image $tag (FROM scratch, nothing pulled)"
 SOKOSHARD_BINARY=$bin deploy/build-image.sh "$tag"
