@@ -31,6 +31,9 @@ enum Command {
     Status(cli::cluster::StatusArgs),
     /// Cancel a cluster job.
     Cancel(cli::cluster::CancelArgs),
+    /// Check that a coordinator (or, with --worker, a worker) answers: for
+    /// container health checks.
+    Health(cli::health::HealthArgs),
     /// Benchmark: one level on 1, 2 and 4 local worker processes.
     BenchCluster(cli::bench_cluster::BenchArgs),
     /// Measurements for the README (each run a child process).
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         Command::Submit(a) => cli::cluster::run_submit(a),
         Command::Status(a) => cli::cluster::run_status(a),
         Command::Cancel(a) => cli::cluster::run_cancel(a),
+        Command::Health(a) => cli::health::run(a),
         Command::BenchCluster(a) => cli::bench_cluster::run(a),
         Command::Deadlocks(c) => cli::deadlocks::run(c),
         Command::Bench(c) => cli::bench::run(c),

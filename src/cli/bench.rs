@@ -1,6 +1,6 @@
 //! `bench`: reproducible measurements for the README. Each run is a child
-//! `sokoshard solve --json` process, so peak resident memory (VmHWM) is that run's
-//! own; results print as markdown tables.
+//! `sokoshard solve --json` process, so peak resident memory (VmHWM) and CPU time
+//! are that run's own; results print as markdown tables.
 
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -14,6 +14,35 @@ pub enum BenchCommand {
     /// k-PG tables: stored states and total time (tables included) for k = 0..=K,
     /// as ratios to k = 0.
     Kpg(KpgArgs),
+    /// Solving under a memory budget: bytes per state on disk, slowdown against
+    /// the in-memory run, peak RSS against the budget.
+    Store(StoreArgs),
+}
+
+#[derive(clap::Args)]
+pub struct StoreArgs {
+    /// Collection file.
+    #[arg(long, default_value = "levels/Microban_155.xsb")]
+    pub file: PathBuf,
+    /// Comma-separated 1-based level indices.
+    #[arg(long, default_value = "93,139,144")]
+    pub levels: String,
+    /// Budget as a fraction of what the in-memory store needs for the level: the
+    /// budget is `store_bytes / ratio`.
+    #[arg(long, default_value_t = 10.0)]
+    pub ratio: f64,
+    /// A fixed budget instead of the ratio (e.g. 8MiB).
+    #[arg(long, value_name = "SIZE", value_parser = crate::cli::solve::parse_mem)]
+    pub mem: Option<u64>,
+    /// Comma-separated spill policies to measure (oldest, newest, none).
+    #[arg(long, default_value = "oldest,none")]
+    pub policies: String,
+    /// Runs per configuration; times are the fastest, memory the largest.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Spill directory (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -39,6 +68,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Engine(a) => engine(a),
         BenchCommand::Kpg(a) => kpg(a),
+        BenchCommand::Store(a) => store(a),
     }
 }
 
@@ -121,6 +151,79 @@ fn kpg(args: KpgArgs) -> Result<ExitCode> {
             print!(" {s:.0} ({:.2}) | {t:.2} ({:.2}) |", s / s0, t / t0);
         }
         println!();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The fastest of `n` runs (time and CPU), with the largest peak RSS seen.
+fn best_of(n: usize, file: &PathBuf, level: usize, extra: &[&str]) -> Result<serde_json::Value> {
+    let mut best: Option<serde_json::Value> = None;
+    let mut rss = 0.0f64;
+    for _ in 0..n.max(1) {
+        let v = solve_json(file, level, extra)?;
+        rss = rss.max(f(&v, "peak_rss_bytes"));
+        if !best.as_ref().is_some_and(|b| f(&v, "seconds") >= f(b, "seconds")) {
+            best = Some(v);
+        }
+    }
+    let mut v = best.context("no run")?;
+    v["peak_rss_bytes"] = serde_json::json!(rss);
+    Ok(v)
+}
+
+fn mib(b: f64) -> f64 {
+    b / 1048576.0
+}
+
+fn store(args: StoreArgs) -> Result<ExitCode> {
+    anyhow::ensure!(args.ratio > 0.0, "--ratio must be positive");
+    let policies: Vec<&str> = args.policies.split(',').map(str::trim).collect();
+    let spill_dir = args.spill_dir.as_ref().map(|d| d.to_string_lossy().into_owned());
+    // the process itself, with nothing stored: the fixed overhead RSS is measured against
+    let base = best_of(args.repeat, &args.file, 1, &[])?;
+    println!(
+        "Process baseline (level 1, in memory): peak RSS {:.1} MiB. Times: fastest of {}; CPU = user + system.",
+        mib(f(&base, "peak_rss_bytes")),
+        args.repeat.max(1)
+    );
+    println!();
+    println!("| level | stored states | in-memory store (MiB) | budget (MiB) | store / budget | policy | in-memory s (CPU s) | spilled s (CPU s) | slowdown wall (CPU) | peak RSS in-memory (MiB) | peak RSS spilled (MiB) | spilled RSS - baseline - budget (MiB) | states on disk | shard bytes (MiB) | bytes/state on disk | peak disk (MiB) |");
+    println!("|{}", "---|".repeat(16));
+    for level in levels(&args.levels)? {
+        let mem = best_of(args.repeat, &args.file, level, &[])?;
+        let budget = match args.mem {
+            Some(b) => b,
+            None => (f(&mem, "store_bytes") / args.ratio) as u64,
+        };
+        for policy in &policies {
+            let budget_arg = budget.to_string();
+            let mut extra = vec!["--mem", &budget_arg, "--spill-policy", policy];
+            if let Some(d) = &spill_dir {
+                extra.extend(["--spill-dir", d]);
+            }
+            let sp = best_of(args.repeat, &args.file, level, &extra)?;
+            if sp["pushes"] != mem["pushes"] || sp["states"] != mem["states"] {
+                bail!("level {level} ({policy}): spilled run gave {} pushes / {} states, in-memory {} / {}", sp["pushes"], sp["states"], mem["pushes"], mem["states"]);
+            }
+            let (tm, ts) = (f(&mem, "seconds"), f(&sp, "seconds"));
+            let (cm, cs) = (f(&mem, "cpu_seconds"), f(&sp, "cpu_seconds"));
+            let on_disk = f(&sp, "disk_states");
+            let per = if on_disk > 0.0 { f(&sp, "disk_bytes") / on_disk } else { 0.0 };
+            println!(
+                "| {level} | {} | {:.1} | {:.2} | {:.1} | {policy} | {tm:.2} ({cm:.2}) | {ts:.2} ({cs:.2}) | {:.2}x ({:.2}x) | {:.1} | {:.1} | {:+.1} | {on_disk:.0} | {:.1} | {per:.2} | {:.1} |",
+                mem["states"],
+                mib(f(&mem, "store_bytes")),
+                mib(budget as f64),
+                f(&mem, "store_bytes") / budget as f64,
+                ts / tm,
+                cs / cm.max(0.01),
+                mib(f(&mem, "peak_rss_bytes")),
+                mib(f(&sp, "peak_rss_bytes")),
+                mib(f(&sp, "peak_rss_bytes") - f(&base, "peak_rss_bytes") - budget as f64),
+                mib(f(&sp, "disk_bytes")),
+                mib(f(&sp, "peak_disk_bytes")),
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

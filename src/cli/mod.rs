@@ -3,6 +3,7 @@ pub mod bench;
 pub mod bench_cluster;
 pub mod cluster;
 pub mod deadlocks;
+pub mod health;
 pub mod levels;
 pub mod progress;
 pub mod solve;

@@ -57,7 +57,7 @@ pub struct SolveArgs {
     #[arg(long, requires = "spill")]
     pub keep_spill: bool,
     /// Which layers stay in RAM when they do not all fit (oldest, newest, none).
-    #[arg(long, value_name = "POLICY", default_value = "oldest", value_parser = parse_policy, hide = true)]
+    #[arg(long, value_name = "POLICY", default_value = "oldest", value_parser = parse_policy)]
     pub spill_policy: SpillPolicy,
     /// Turn off freeze-deadlock pruning (dead squares stay on).
     #[arg(long)]
@@ -76,7 +76,7 @@ pub struct SolveArgs {
     pub output: Option<PathBuf>,
 }
 
-fn parse_mem(s: &str) -> Result<u64, String> {
+pub fn parse_mem(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
@@ -110,6 +110,9 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     }
     if let Some(dir) = &args.spill_dir {
         check_spill_base(dir)?;
+    }
+    if args.mem.is_some() || args.spill_dir.is_some() {
+        sokoshard::sys::release_large_frees();
     }
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
@@ -267,7 +270,7 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                     "states": r.states, "generated": r.generated, "seconds": r.seconds, "kpg_seconds": r.kpg_seconds,
                     "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
                     "peak_memory_bytes": r.peak_memory_bytes, "store_bytes": r.store_bytes, "disk_bytes": r.disk_bytes, "peak_rss_bytes": peak_rss_bytes(),
-                    "key": r.key_width, "reason": r.reason,
+                    "cpu_seconds": sokoshard::sys::cpu_seconds(), "key": r.key_width, "reason": r.reason,
                 });
                 // a budgeted solve adds its storage figures
                 if let (Some(st), Some(obj)) = (&r.storage, v.as_object_mut()) {

@@ -431,14 +431,10 @@ impl<K: StateKey> DiskStore<K> {
     /// fit its share ([`SpillPolicy::KeepNewest`]).
     fn evict_oldest(&self, part: &mut Part<K>, p: usize, need: u64) -> Result<(), StorageError> {
         while part.mem + need > self.part_share {
-            let mut oldest: Option<(u64, usize, usize)> = None;
-            for s in 0..2 {
-                for (i, l) in part.layers[s].iter().enumerate() {
-                    if l.keys.is_some() && oldest.map_or(true, |o| l.seq < o.0) {
-                        oldest = Some((l.seq, s, i));
-                    }
-                }
-            }
+            let layers = &part.layers;
+            let oldest = (0..2)
+                .flat_map(|s| layers[s].iter().enumerate().filter(|(_, l)| l.keys.is_some()).map(move |(i, l)| (l.seq, s, i)))
+                .min();
             let Some((_, s, i)) = oldest else { return Ok(()) };
             let side = Side::from_index(s);
             let l = &mut part.layers[s][i];

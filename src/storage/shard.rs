@@ -1026,16 +1026,22 @@ impl<K: StateKey> ShardReader<K> {
         let mut s = Scratch::default();
         let mut keys = Vec::new();
         let mut loaded: Option<usize> = None;
+        // keys[..pos] of the loaded block are below the current query: queries
+        // ascend, so neither the block nor the position ever moves back
+        let mut pos = 0;
         for q in sorted_keys {
-            let Some(b) = self.block_for(q) else {
+            let stay = loaded.filter(|&b| !matches!(self.index.get(b + 1), Some(n) if n.first <= *q));
+            let Some(b) = stay.or_else(|| self.block_for(q)) else {
                 out.push(false);
                 continue;
             };
             if loaded != Some(b) {
                 self.read_block(b, &mut s, &mut keys, None)?;
                 loaded = Some(b);
+                pos = 0;
             }
-            out.push(keys.binary_search(q).is_ok());
+            pos += keys[pos..].partition_point(|k| k < q);
+            out.push(keys.get(pos) == Some(q));
         }
         Ok(out)
     }

@@ -91,7 +91,8 @@ struct RunFile {
 struct Buffer<K> {
     batches: Vec<Vec<K>>,
     bytes: u64,
-    runs: Vec<Arc<RunFile>>,
+    /// Runs holding keys of this partition, with how many.
+    runs: Vec<(Arc<RunFile>, u64)>,
 }
 
 /// An [`Exchange`] that spills sorted runs to `dir` beyond `share` bytes.
@@ -219,7 +220,7 @@ impl<K: StateKey> SpillExchange<K> {
         let path = self.run_path(seq);
         let meta = ShardMeta { side: RUN_SIDE, partition: u32::MAX, layer: seq };
         let mut w = ShardWriter::<RunKey<K>>::create_with_block_keys(&path, meta, RUN_BLOCK_KEYS)?.unsynced();
-        let mut present = Vec::new();
+        let mut present: Vec<(usize, u64)> = Vec::new();
         for p in 0..self.parts.len() {
             if self.sizes[p].load(Ordering::Acquire) == 0 {
                 continue;
@@ -228,11 +229,12 @@ impl<K: StateKey> SpillExchange<K> {
             let keys = sorted_unique(batches);
             // the buffer's bytes are free once its keys are in the writer
             let pushed = keys.iter().try_for_each(|&key| w.push(RunKey { partition: p as u64, key }));
+            let n = keys.len() as u64;
             drop(keys);
             self.buffered.fetch_sub(bytes, Ordering::AcqRel);
             pushed?;
-            if bytes > 0 {
-                present.push(p);
+            if n > 0 {
+                present.push((p, n));
             }
         }
         let info = w.finish()?;
@@ -241,8 +243,8 @@ impl<K: StateKey> SpillExchange<K> {
             return Ok(());
         }
         let run = self.new_run(true, info.keys, info.bytes, seq, path, present.len());
-        for p in present {
-            self.part(p).runs.push(run.clone());
+        for (p, n) in present {
+            self.part(p).runs.push((run.clone(), n));
         }
         Ok(())
     }
@@ -270,7 +272,7 @@ impl<K: StateKey> SpillExchange<K> {
             self.buffered.fetch_sub(bytes, Ordering::AcqRel);
             let info = written?;
             let run = self.new_run(false, info.keys, info.bytes, seq, path, 1);
-            self.part(p).runs.push(run);
+            self.part(p).runs.push((run, info.keys));
         }
         Ok(())
     }
@@ -338,12 +340,20 @@ impl<K: StateKey> Exchange<K> for SpillExchange<K> {
             self.sizes[partition].store(0, Ordering::Release);
             (std::mem::take(&mut g.batches), std::mem::replace(&mut g.bytes, 0), std::mem::take(&mut g.runs))
         };
-        let in_ram: u64 = batches.iter().map(|b| b.len() as u64).sum();
-        let mut out = Vec::with_capacity(usize::try_from(in_ram).unwrap_or(0));
+        // sized exactly: growing by doubling would hold up to twice the partition
+        let total = batches.iter().map(|b| b.len() as u64).sum::<u64>() + runs.iter().map(|r| r.1).sum::<u64>();
+        let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
         let mut result = Ok(());
-        for run in &runs {
+        for (run, n) in &runs {
             if result.is_ok() {
+                let before = out.len() as u64;
                 result = read_run(run, partition, &mut out);
+                if result.is_ok() && out.len() as u64 - before != *n {
+                    result = Err(StorageError::Misplaced {
+                        path: run.path.clone(),
+                        reason: format!("partition {partition} has {} keys in it, {n} were written", out.len() as u64 - before),
+                    });
+                }
             }
             self.release(run);
         }
@@ -371,7 +381,7 @@ impl<K: StateKey> Exchange<K> for SpillExchange<K> {
                 self.buffered.fetch_sub(std::mem::replace(&mut g.bytes, 0), Ordering::AcqRel);
                 std::mem::take(&mut g.runs)
             };
-            for run in &runs {
+            for (run, _) in &runs {
                 self.release(run);
             }
         }

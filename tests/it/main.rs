@@ -1,9 +1,10 @@
 //! The one integration-test binary: the CLI end to end, the rules as properties,
-//! the engine against a plain forward BFS, solving under a memory budget, and
-//! the cluster as separate processes.
+//! the engine against a plain forward BFS, solving under a memory budget, the
+//! cluster as separate processes, and the deployment files.
 mod cli;
 mod cluster;
 mod common;
+mod deploy;
 mod engine;
 mod kpg;
 mod rules;

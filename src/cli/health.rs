@@ -1,0 +1,64 @@
+//! `health`: one cheap, authenticated RPC to a node, for container health checks
+//! and readiness probes (the image has no shell or curl, only this binary). A
+//! coordinator is asked for its worker list, a worker for its identity.
+
+use super::cluster::NetArgs;
+use super::{EXIT_NOT_SOLVED, EXIT_OK};
+use anyhow::{Context, Result};
+use sokoshard::cluster::proto::{HelloRequest, ListWorkersRequest};
+use sokoshard::cluster::PROTOCOL_VERSION;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct HealthArgs {
+    /// The node's address, e.g. 127.0.0.1:7400.
+    pub addr: String,
+    /// The node is a worker (default: a coordinator).
+    #[arg(long)]
+    pub worker: bool,
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 3.0)]
+    pub timeout: f64,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// Exit 0 and one line on stdout when the node answers; exit 1 and the reason on
+/// stderr when it does not (or refuses the token); 2 for bad usage.
+pub fn run(a: HealthArgs) -> Result<ExitCode> {
+    anyhow::ensure!(a.timeout > 0.0 && a.timeout.is_finite(), "--timeout must be a positive number of seconds");
+    let net = a.net.config()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    let limit = Duration::from_secs_f64(a.timeout);
+    let answer: Result<String, String> = rt.block_on(async {
+        if a.worker {
+            let mut c = net.worker_client(&a.addr).map_err(|e| e.to_string())?;
+            let r = tokio::time::timeout(limit, c.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }))
+                .await
+                .map_err(|_| format!("no answer within {} s", a.timeout))?
+                .map_err(|s| format!("{}: {}", s.code(), s.message()))?
+                .into_inner();
+            Ok(format!("worker {} (protocol {})", r.node_id, r.protocol_version))
+        } else {
+            let mut c = net.coordinator_client(&a.addr).map_err(|e| e.to_string())?;
+            let r = tokio::time::timeout(limit, c.list_workers(ListWorkersRequest {}))
+                .await
+                .map_err(|_| format!("no answer within {} s", a.timeout))?
+                .map_err(|s| format!("{}: {}", s.code(), s.message()))?
+                .into_inner();
+            let alive = r.workers.iter().filter(|w| w.alive).count();
+            Ok(format!("coordinator with {alive} of {} workers alive", r.workers.len()))
+        }
+    });
+    match answer {
+        Ok(line) => {
+            println!("ok: {} {line}", a.addr);
+            Ok(ExitCode::from(EXIT_OK))
+        }
+        Err(e) => {
+            eprintln!("unhealthy: {}: {e}", a.addr);
+            Ok(ExitCode::from(EXIT_NOT_SOLVED))
+        }
+    }
+}
