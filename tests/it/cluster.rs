@@ -330,7 +330,7 @@ fn a_worker_back_without_its_data_fails_the_job_plainly() {
     c.start_worker(1);
     c.wait_workers(2);
     let id = submit_detached(&c, "3");
-    c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 4 && job(&st, id)["state"] == "running");
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 4 && job(st, id)["state"] == "running");
     c.workers[1].kill();
     // the same node (its node-id file stays) but its checkpoints are gone
     std::fs::remove_dir_all(c.worker_dir(1).join("jobs")).unwrap();

@@ -71,9 +71,11 @@ fn check_version(v: u32, who: &str) -> Result<(), ClusterError> {
 
 /// A random-enough 64-bit value (process start identity, fresh node ids).
 pub fn random_u64() -> u64 {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let local = 0u8;
-    xxhash_rust::xxh3::xxh3_64(&[t.to_le_bytes().as_slice(), &std::process::id().to_le_bytes(), &(&local as *const u8 as usize).to_le_bytes()].concat())
+    let n = CALLS.fetch_add(1, Ordering::Relaxed);
+    let bytes = [t.to_le_bytes().as_slice(), &std::process::id().to_le_bytes(), &n.to_le_bytes()].concat();
+    xxhash_rust::xxh3::xxh3_64(&bytes)
 }
 
 /// The node id kept in `data_dir/node-id`, created on first use.
