@@ -1,5 +1,6 @@
-//! Process facts read from the OS: resident and peak memory (Linux `/proc`), and
-//! the machine's total memory for choosing default budgets.
+//! Process facts read from the OS: resident and peak memory, CPU time and the
+//! open-file limit (Linux `/proc`), the machine's total memory for choosing
+//! default budgets, and the one allocator setting budgeted runs need.
 
 fn status_kib(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;

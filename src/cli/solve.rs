@@ -41,7 +41,7 @@ pub struct SolveArgs {
     #[arg(long)]
     pub max_states: Option<u64>,
     /// Number of state partitions (a power of two). With --mem or --spill-dir
-    /// this is a minimum: the budget asks for at least 64 per thread.
+    /// this is a minimum: the budget asks for at least 32 per thread.
     #[arg(long, default_value_t = 64)]
     pub partitions: usize,
     /// Memory budget for states and successors, e.g. 512MiB, 8GiB, 1.5GB or a

@@ -14,13 +14,18 @@
 //! | expand: per-thread routing buckets        | `B/4`  | the routing batch size                      |
 //! | merge: one partition per thread           | `B/4`  | the partition count                         |
 //!
-//! Merging a partition holds its candidates about twice (the taken vector, the
-//! duplicate flags, the shrunk copy that becomes the layer), so the partition
-//! count is chosen so that `threads` partitions of a layer whose candidates take
-//! up to [`CANDIDATE_RATIO`] times the budget fit in `B/4`:
-//! `P >= 2 * CANDIDATE_RATIO * 4 * threads`, i.e. `64 * threads` (128 on two
-//! cores). Larger levels need `--partitions` raised by hand; the merge logs a
-//! warning when a partition outgrows its share.
+//! Merging a partition holds its candidates about twice (the taken vector and
+//! the shrunk copy that becomes the layer), so the partition count is chosen so
+//! that `threads` partitions of a layer whose candidates take up to
+//! [`CANDIDATE_RATIO`] times the budget fit in `B/4`:
+//! `P >= 2 * CANDIDATE_RATIO * 4 * threads`, i.e. `32 * threads` (64 on two
+//! cores, the in-memory default). More partitions would cost more than they
+//! save: every layer of every partition is a file, and creating files is what
+//! dominates spilled runs of deep levels (measured: 64 rather than 128
+//! partitions made Microban #139 at a 4 MiB budget 1.5 times faster, and every
+//! level's shards smaller, because hashing spreads a partition's keys over the
+//! whole key space). Levels whose layers outgrow that need `--partitions`
+//! raised by hand; the merge logs a warning when a partition outgrows its share.
 //!
 //! Not counted: the process itself (code, thread stacks, allocator slack, the
 //! per-level board and rules tables), the fixed overhead documented in README.md.
@@ -30,7 +35,7 @@
 
 /// Largest ratio of one layer's candidate bytes to the budget that the default
 /// partition count is sized for.
-pub const CANDIDATE_RATIO: u64 = 8;
+pub const CANDIDATE_RATIO: u64 = 4;
 /// Routing batch of the in-memory exchange (keys per destination per send).
 pub const MAX_ROUTE_BATCH: usize = crate::engine::partition::DEFAULT_ROUTE_BATCH;
 /// Smallest routing batch: below this the exchange's per-batch bookkeeping
@@ -125,7 +130,7 @@ impl MemoryBudget {
         self.total / 4
     }
 
-    /// The partition count: at least `requested` and at least `64 * threads`
+    /// The partition count: at least `requested` and at least `32 * threads`
     /// (see the module comment), a power of two up to 65536.
     pub fn partitions(&self, requested: usize) -> usize {
         let need = (2 * CANDIDATE_RATIO * 4) as usize * self.threads;
@@ -170,10 +175,11 @@ mod tests {
     fn shares_and_partitions() {
         let b = MemoryBudget::new(8 << 20, 2, 8);
         assert_eq!(b.store_bytes() + b.exchange_bytes() + b.working_bytes(), 8 << 20);
-        assert_eq!(b.partitions(64), 128);
+        assert_eq!(b.partitions(64), 64);
+        assert_eq!(b.partitions(16), 64);
         assert_eq!(b.partitions(1024), 1024);
         assert_eq!(b.partitions(100), 128);
-        assert_eq!(MemoryBudget::new(1 << 30, 16, 8).partitions(64), 1024);
+        assert_eq!(MemoryBudget::new(1 << 30, 16, 8).partitions(64), 512);
         assert_eq!(b.route_batch(128), 512);
         assert_eq!(MemoryBudget::new(1000, 2, 8).route_batch(128), MIN_ROUTE_BATCH);
         assert_eq!(MemoryBudget::new(1 << 40, 2, 8).route_batch(128), MAX_ROUTE_BATCH);

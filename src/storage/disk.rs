@@ -9,8 +9,17 @@
 //! keep in RAM. No global rebalancing, no cross-partition locking, and the sum of
 //! the slices is the store's budget.
 //!
+//! Deep searches have hundreds of layers, and every step checks its candidates
+//! against every layer of both sides; one file per layer would make that a
+//! block read per layer and partition per step. So older disk layers are merged,
+//! LSM-style, eight at a time into runs `L{first}-{last}/p{partition}.shard`
+//! whose keys carry their layer as a one-byte offset ([`TagKey`]: one byte per
+//! state more, and the run still answers "is it in layer L" and "which layer").
+//! The frontier and RAM layers are never merged; checkpoints (durable mode) keep
+//! one file per layer.
+//!
 //! Lookups work the same on both media: RAM layers by merge or binary search,
-//! disk layers through [`ShardReader::contains_sorted`] (each block read at most
+//! disk runs through [`ShardReader::find_in_ranges`] (each block read at most
 //! once, only blocks a query falls into) and [`ShardReader::contains`] (one
 //! block). Open readers (one file descriptor and a block index each) are cached
 //! while their index fits the partition's share and the descriptor cap allows;
@@ -45,6 +54,7 @@ use crate::storage::StorageError;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use xxhash_rust::xxh3::xxh3_64;
@@ -131,40 +141,150 @@ pub fn default_max_open_shards() -> usize {
     crate::sys::open_files_limit().map_or(256, |n| (n / 2).clamp(16, 8192) as usize)
 }
 
-/// A layer's shard file; its path is derived from (side, layer, partition).
+/// A key of a merged run: the state key with its layer's offset in the run in the
+/// low 8 bits, i.e. `key * 256 + offset` over one more limb. Layers of a side are
+/// disjoint, so consecutive stored values differ by a key step times 256: one
+/// byte per state more than a plain shard, and the run answers "which layer" for
+/// every key. Ordered like that number.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct TagKey<K> {
+    pub key: K,
+    pub offset: u8,
+}
+
+impl<K: StateKey> StateKey for TagKey<K> {
+    const LIMBS: usize = K::LIMBS + 1;
+    const NAME: &'static str = "tagged";
+    #[inline]
+    fn limb(&self, i: usize) -> u64 {
+        let k = |j: usize| if j < K::LIMBS { self.key.limb(j) } else { 0 };
+        if i == 0 {
+            (k(0) << 8) | self.offset as u64
+        } else {
+            (k(i) << 8) | (k(i - 1) >> 56)
+        }
+    }
+    #[inline]
+    fn from_limbs(limbs: &[u64]) -> Self {
+        let mut k = [0u64; 16];
+        let at = |j: usize| limbs.get(j).copied().unwrap_or(0);
+        for (j, x) in k.iter_mut().enumerate().take(K::LIMBS) {
+            *x = (at(j) >> 8) | (at(j + 1) << 56);
+        }
+        TagKey { key: K::from_limbs(&k[..K::LIMBS]), offset: (at(0) & 0xff) as u8 }
+    }
+    fn partition_hash(&self) -> u64 {
+        self.key.partition_hash()
+    }
+    fn encode(space: &crate::model::key::KeySpace, boxes: &[u16], player: u16) -> Self {
+        TagKey { key: K::encode(space, boxes, player), offset: 0 }
+    }
+    fn decode(&self, space: &crate::model::key::KeySpace, boxes: &mut Vec<u16>) -> u16 {
+        self.key.decode(space, boxes)
+    }
+}
+
+/// Where a run's file is: `L{first}` for one layer (plain keys), `L{first}-{last}`
+/// for a merged run ([`TagKey`]s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileName {
+    first: usize,
+    last: usize,
+}
+
+impl FileName {
+    fn tagged(self) -> bool {
+        self.last > self.first
+    }
+    fn path(self, dir: &Path, side: Side, p: usize) -> PathBuf {
+        let layer = if self.tagged() { format!("L{}-{}", self.first, self.last) } else { format!("L{}", self.first) };
+        dir.join(side_dir(side)).join(layer).join(format!("p{p}.shard"))
+    }
+}
+
+enum Reader<K: StateKey> {
+    Plain(ShardReader<K>),
+    Tagged(ShardReader<TagKey<K>>),
+}
+
+impl<K: StateKey> Reader<K> {
+    fn cost(&self) -> u64 {
+        let (blocks, limbs) = match self {
+            Reader::Plain(r) => (r.blocks(), K::LIMBS),
+            Reader::Tagged(r) => (r.blocks(), K::LIMBS + 1),
+        };
+        // the parsed index entry plus its raw bytes (kept for the checksum)
+        READER_BASE + blocks as u64 * (2 * limbs as u64 * 8 + 64)
+    }
+}
+
+/// A run's shard file.
 struct Shard<K: StateKey> {
+    file: FileName,
     bytes: u64,
-    reader: Option<Box<ShardReader<K>>>,
+    reader: Option<Box<Reader<K>>>,
     /// RAM charged to the partition for the cached reader.
     reader_mem: u64,
 }
 
-/// One partition's part of one layer: in RAM, on disk, or both (durable mode
-/// keeps a RAM copy of a written layer while it fits).
-struct Layer<K: StateKey> {
+/// One partition's layers `first..first + lens.len()` of one side: in RAM (one
+/// layer), on disk, or both (durable mode keeps a RAM copy of a written layer
+/// while it fits). Layers no run covers are empty.
+struct Run<K: StateKey> {
+    first: usize,
+    /// Keys per layer.
+    lens: Vec<u64>,
     keys: Option<Vec<K>>,
     shard: Option<Shard<K>>,
-    len: u64,
     /// Order of arrival across both sides, for [`SpillPolicy::KeepNewest`].
     seq: u64,
+    /// Merges this run's keys went through (0: a single layer).
+    tier: u8,
 }
 
-impl<K: StateKey> Layer<K> {
+impl<K: StateKey> Run<K> {
+    fn last(&self) -> usize {
+        self.first + self.lens.len().max(1) - 1
+    }
+    fn len(&self) -> u64 {
+        self.lens.iter().sum()
+    }
     fn ram_bytes(&self) -> u64 {
         self.keys.as_ref().map_or(0, |k| (k.capacity() * std::mem::size_of::<K>()) as u64)
+    }
+    fn on_disk_only(&self) -> bool {
+        self.keys.is_none() && self.shard.is_some()
     }
 }
 
 struct Part<K: StateKey> {
-    layers: [Vec<Layer<K>>; 2],
-    pending: [Option<Layer<K>>; 2],
-    /// RAM charged to this partition: keys, cached readers, layer records.
+    /// Sorted by `first`, disjoint.
+    runs: [Vec<Run<K>>; 2],
+    pending: [Option<Run<K>>; 2],
+    /// RAM charged to this partition: keys, cached readers, run records.
     mem: u64,
 }
 
-/// The per-layer record cost, charged so that thousands of layers of many
+impl<K: StateKey> Part<K> {
+    /// The run holding `layer`, and the layer's offset in it.
+    fn run_of(&mut self, side: Side, layer: usize) -> Option<(&mut Run<K>, usize)> {
+        let runs = &mut self.runs[side.index()];
+        let i = runs.partition_point(|r| r.first <= layer).checked_sub(1)?;
+        let r = &mut runs[i];
+        let off = layer.checked_sub(r.first)?;
+        (layer <= r.last()).then_some((r, off))
+    }
+}
+
+/// The per-run record cost, charged so that thousands of layers of many
 /// partitions cannot quietly outgrow the budget.
-const LAYER_RECORD: u64 = std::mem::size_of::<Layer<u64>>() as u64;
+const RUN_RECORD: u64 = (std::mem::size_of::<Run<u64>>() + 16) as u64;
+/// Runs merged at once.
+const MERGE_FANIN: usize = 8;
+/// Longest layer span of a merged run (the offset is one byte).
+const MAX_SPAN: usize = u8::MAX as usize;
+/// Widest key a merged run can tag (the shard format holds 16 limbs).
+const TAG_MAX_LIMBS: usize = 15;
 
 /// A [`PartitionStore`] whose layers spill to shard files beyond a memory share.
 pub struct DiskStore<K: StateKey> {
@@ -177,6 +297,7 @@ pub struct DiskStore<K: StateKey> {
     usage: Arc<DiskUsage>,
     disk_bytes: AtomicU64,
     disk_keys: AtomicU64,
+    merges: AtomicU64,
     seq: AtomicU64,
 }
 
@@ -187,19 +308,83 @@ fn side_dir(side: Side) -> &'static str {
     }
 }
 
-/// The path of one shard of a store rooted at `dir`.
+/// The path of one single-layer shard of a store rooted at `dir`.
 pub fn shard_path(dir: &Path, side: Side, layer: usize, partition: usize) -> PathBuf {
-    dir.join(side_dir(side)).join(format!("L{layer}")).join(format!("p{partition}.shard"))
-}
-
-fn reader_cost<K: StateKey>(r: &ShardReader<K>) -> u64 {
-    // the parsed index entry plus its raw bytes (kept for the checksum)
-    let per_block = 2 * (K::LIMBS as u64 * 8) + 64;
-    READER_BASE + r.blocks() as u64 * per_block
+    FileName { first: layer, last: layer }.path(dir, side, partition)
 }
 
 fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
     move |e| StorageError::io(path, op, e)
+}
+
+/// Removes the ascending indices `hits` from `v`.
+fn remove_indices<K: Copy>(v: &mut Vec<K>, hits: &[usize]) {
+    if hits.is_empty() {
+        return;
+    }
+    let (mut at, mut h) = (0, 0);
+    v.retain(|_| {
+        let drop = hits.get(h) == Some(&at);
+        if drop {
+            h += 1;
+        }
+        at += 1;
+        !drop
+    });
+}
+
+/// A pull source of tagged keys for merging two runs.
+struct Source<'a, K: StateKey> {
+    cursor: Cursor<'a, K>,
+    /// Added to every offset: where the source's first layer sits in the output.
+    base: u8,
+    buf: Vec<TagKey<K>>,
+    pos: usize,
+    path: &'a Path,
+}
+
+fn source<K: StateKey>(r: &Reader<K>, base: usize) -> Source<'_, K> {
+    let (cursor, path) = match r {
+        Reader::Plain(x) => (Cursor::Plain(x.block_cursor()), x.path()),
+        Reader::Tagged(x) => (Cursor::Tagged(x.block_cursor()), x.path()),
+    };
+    Source { cursor, base: base as u8, buf: Vec::new(), pos: 0, path }
+}
+
+enum Cursor<'a, K: StateKey> {
+    Plain(crate::storage::shard::Blocks<'a, K>),
+    Tagged(crate::storage::shard::Blocks<'a, TagKey<K>>),
+}
+
+impl<K: StateKey> Source<'_, K> {
+    fn peek(&mut self) -> Result<Option<TagKey<K>>, StorageError> {
+        while self.pos >= self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+            let base = self.base;
+            match &mut self.cursor {
+                Cursor::Plain(c) => match c.next_block()? {
+                    Some(b) => self.buf.extend(b.iter().map(|&key| TagKey { key, offset: base })),
+                    None => return Ok(None),
+                },
+                Cursor::Tagged(c) => match c.next_block()? {
+                    Some(b) => {
+                        for t in b {
+                            let Some(offset) = t.offset.checked_add(base) else {
+                                return Err(StorageError::Misplaced {
+                                    path: self.path.to_path_buf(),
+                                    reason: format!("a key's layer offset {} runs past the merged span", t.offset),
+                                });
+                            };
+                            self.buf.push(TagKey { key: t.key, offset });
+                        }
+                    }
+                    None => return Ok(None),
+                },
+            }
+        }
+        Ok(Some(self.buf[self.pos]))
+    }
 }
 
 impl<K: StateKey> DiskStore<K> {
@@ -233,20 +418,22 @@ impl<K: StateKey> DiskStore<K> {
             part_share: opts.memory_bytes / partitions as u64,
             opts,
             parts: (0..partitions)
-                .map(|_| Mutex::new(Part { layers: [Vec::new(), Vec::new()], pending: [None, None], mem: 0 }))
+                .map(|_| Mutex::new(Part { runs: [Vec::new(), Vec::new()], pending: [None, None], mem: 0 }))
                 .collect(),
             sealed: [AtomicUsize::new(0), AtomicUsize::new(0)],
             open_readers: AtomicUsize::new(0),
             usage,
             disk_bytes: AtomicU64::new(0),
             disk_keys: AtomicU64::new(0),
+            merges: AtomicU64::new(0),
             seq: AtomicU64::new(0),
         }
     }
 
     /// Reopens a durable store from its manifest: the sealed layers of both
-    /// sides, each shard checked (header, index, placement, key count). Files of
-    /// layers past the last seal (an interrupted step) are removed.
+    /// sides, each shard checked (header, index, and that it is the shard of that
+    /// side, layer and partition). Files of layers past the last seal (an
+    /// interrupted step) are removed.
     pub fn open(dir: &Path, mut opts: DiskOptions) -> Result<Self, StorageError> {
         opts.durable = true;
         let path = dir.join(MANIFEST_NAME);
@@ -256,20 +443,19 @@ impl<K: StateKey> DiskStore<K> {
             let sealed = m.sealed[side.index()];
             for layer in 0..sealed {
                 for p in 0..m.partitions {
-                    let sp = shard_path(dir, side, layer, p);
-                    let r = ShardReader::<K>::open(&sp)?;
-                    store.check_meta(&r, side, layer, p)?;
+                    let file = FileName { first: layer, last: layer };
+                    let r = ShardReader::<K>::open(&file.path(dir, side, p))?;
+                    store.check_meta(r.path(), r.meta(), side, layer, p)?;
                     let mut g = store.part(p);
                     let seq = store.seq.fetch_add(1, Ordering::Relaxed);
-                    let mut l = Layer { keys: None, shard: None, len: r.len(), seq };
-                    let mut shard = Shard { bytes: r.bytes(), reader: None, reader_mem: 0 };
+                    let mut shard = Shard { file, bytes: r.bytes(), reader: None, reader_mem: 0 };
                     store.disk_bytes.fetch_add(r.bytes(), Ordering::Relaxed);
                     store.disk_keys.fetch_add(r.len(), Ordering::Relaxed);
                     store.usage.add(r.bytes());
-                    g.mem += LAYER_RECORD;
-                    store.cache_reader(&mut shard, &mut g.mem, r);
-                    l.shard = Some(shard);
-                    g.layers[side.index()].push(l);
+                    let run = Run { first: layer, lens: vec![r.len()], keys: None, shard: None, seq, tier: 0 };
+                    g.mem += RUN_RECORD;
+                    store.cache_reader(&mut shard, &mut g.mem, Reader::Plain(r));
+                    g.runs[side.index()].push(Run { shard: Some(shard), ..run });
                 }
             }
             store.sealed[side.index()].store(sealed, Ordering::Release);
@@ -322,6 +508,11 @@ impl<K: StateKey> DiskStore<K> {
         self.open_readers.load(Ordering::Acquire)
     }
 
+    /// Runs merged so far.
+    pub fn merges(&self) -> u64 {
+        self.merges.load(Ordering::Acquire)
+    }
+
     fn part(&self, p: usize) -> MutexGuard<'_, Part<K>> {
         self.parts[p].lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -330,12 +521,11 @@ impl<K: StateKey> DiskStore<K> {
         ShardMeta { side: side.index() as u8, partition: p as u32, layer: layer as u32 }
     }
 
-    fn check_meta(&self, r: &ShardReader<K>, side: Side, layer: usize, p: usize) -> Result<(), StorageError> {
+    fn check_meta(&self, path: &Path, got: ShardMeta, side: Side, layer: usize, p: usize) -> Result<(), StorageError> {
         let want = Self::meta(side, layer, p);
-        let got = r.meta();
         if got != want {
             return Err(StorageError::Misplaced {
-                path: r.path().to_path_buf(),
+                path: path.to_path_buf(),
                 reason: format!(
                     "it holds side {} partition {} layer {}, expected side {} partition {} layer {}",
                     got.side, got.partition, got.layer, want.side, want.partition, want.layer
@@ -345,12 +535,24 @@ impl<K: StateKey> DiskStore<K> {
         Ok(())
     }
 
-    /// Writes one partition's layer as a shard file.
-    fn write_layer(&self, side: Side, layer: usize, p: usize, keys: &[K]) -> Result<Shard<K>, StorageError> {
-        let path = shard_path(&self.dir, side, layer, p);
-        if let Some(ldir) = path.parent() {
-            fs::create_dir_all(ldir).map_err(io(ldir, "creating directory"))?;
+    fn ensure_parent(path: &Path) -> Result<(), StorageError> {
+        match path.parent() {
+            Some(d) => fs::create_dir_all(d).map_err(io(d, "creating directory")),
+            None => Ok(()),
         }
+    }
+
+    fn account_written(&self, bytes: u64, keys: u64) {
+        self.disk_bytes.fetch_add(bytes, Ordering::AcqRel);
+        self.disk_keys.fetch_add(keys, Ordering::AcqRel);
+        self.usage.add(bytes);
+    }
+
+    /// Writes one partition's layer as a plain shard file.
+    fn write_layer(&self, side: Side, layer: usize, p: usize, keys: &[K]) -> Result<Shard<K>, StorageError> {
+        let file = FileName { first: layer, last: layer };
+        let path = file.path(&self.dir, side, p);
+        Self::ensure_parent(&path)?;
         let mut w = ShardWriter::<K>::create(&path, Self::meta(side, layer, p))?;
         if !self.opts.durable {
             w = w.unsynced();
@@ -359,32 +561,38 @@ impl<K: StateKey> DiskStore<K> {
             w.push(k)?;
         }
         let info = w.finish()?;
-        self.disk_bytes.fetch_add(info.bytes, Ordering::AcqRel);
-        self.disk_keys.fetch_add(info.keys, Ordering::AcqRel);
-        self.usage.add(info.bytes);
-        Ok(Shard { bytes: info.bytes, reader: None, reader_mem: 0 })
+        self.account_written(info.bytes, info.keys);
+        Ok(Shard { file, bytes: info.bytes, reader: None, reader_mem: 0 })
     }
 
-    /// Forgets a layer that will not be sealed: its RAM and its file.
-    fn discard(&self, side: Side, layer: usize, p: usize, l: Layer<K>, mem: &mut u64) {
-        *mem = mem.saturating_sub(l.ram_bytes() + LAYER_RECORD);
-        if let Some(s) = l.shard {
-            *mem = mem.saturating_sub(s.reader_mem);
-            if s.reader.is_some() {
-                self.open_readers.fetch_sub(1, Ordering::AcqRel);
-            }
-            self.disk_bytes.fetch_sub(s.bytes.min(self.disk_bytes()), Ordering::AcqRel);
-            self.disk_keys.fetch_sub(l.len.min(self.disk_keys()), Ordering::AcqRel);
-            self.usage.sub(s.bytes);
-            // best effort: an orphan file of an aborted layer is harmless
-            let _ = fs::remove_file(shard_path(&self.dir, side, layer, p));
+    /// Forgets a shard: its reader, its file and its accounting.
+    fn drop_shard(&self, side: Side, p: usize, s: Shard<K>, keys: u64, mem: &mut u64) {
+        *mem = mem.saturating_sub(s.reader_mem);
+        if s.reader.is_some() {
+            self.open_readers.fetch_sub(1, Ordering::AcqRel);
+        }
+        let _ = self.disk_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(s.bytes)));
+        let _ = self.disk_keys.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(keys)));
+        self.usage.sub(s.bytes);
+        // best effort: an orphan file is harmless. Directories stay (other
+        // partitions may be about to write into them); the spill directory goes
+        // as a whole at the end.
+        let _ = fs::remove_file(s.file.path(&self.dir, side, p));
+    }
+
+    /// Forgets a run that will not be sealed, or that was merged into another.
+    fn discard(&self, side: Side, p: usize, r: Run<K>, mem: &mut u64) {
+        *mem = mem.saturating_sub(r.ram_bytes() + RUN_RECORD);
+        let keys = r.len();
+        if let Some(s) = r.shard {
+            self.drop_shard(side, p, s, keys, mem);
         }
     }
 
     /// Keeps `r` open in `shard` if its index fits the partition's share and a
     /// descriptor is free; otherwise it is dropped (closed) here.
-    fn cache_reader(&self, shard: &mut Shard<K>, mem: &mut u64, r: ShardReader<K>) {
-        let cost = reader_cost(&r);
+    fn cache_reader(&self, shard: &mut Shard<K>, mem: &mut u64, r: Reader<K>) {
+        let cost = r.cost();
         if *mem + cost > self.part_share {
             return;
         }
@@ -399,29 +607,46 @@ impl<K: StateKey> DiskStore<K> {
         }
     }
 
-    /// Runs `f` on the reader of a disk layer, opening (and maybe caching) it.
-    #[allow(clippy::too_many_arguments)]
+    /// Opens a run's shard and checks that it is the one the store wrote.
+    fn open_reader(&self, side: Side, p: usize, run_first: usize, len: u64, file: FileName) -> Result<Reader<K>, StorageError> {
+        let path = file.path(&self.dir, side, p);
+        let (r, got_len) = if file.tagged() {
+            let r = ShardReader::<TagKey<K>>::open(&path)?;
+            self.check_meta(&path, r.meta(), side, run_first, p)?;
+            let n = r.len();
+            (Reader::Tagged(r), n)
+        } else {
+            let r = ShardReader::<K>::open(&path)?;
+            self.check_meta(&path, r.meta(), side, run_first, p)?;
+            let n = r.len();
+            (Reader::Plain(r), n)
+        };
+        if got_len != len {
+            return Err(StorageError::Misplaced { path, reason: format!("it holds {got_len} keys, the store wrote {len}") });
+        }
+        Ok(r)
+    }
+
+    /// Runs `f` on a disk run's reader, opening (and maybe caching) it.
     fn with_reader<R>(
         &self,
-        shard: &mut Shard<K>,
-        len: u64,
+        run: &mut Run<K>,
         mem: &mut u64,
         side: Side,
-        layer: usize,
         p: usize,
-        f: impl FnOnce(&ShardReader<K>) -> Result<R, StorageError>,
+        f: impl FnOnce(&Reader<K>) -> Result<R, StorageError>,
     ) -> Result<R, StorageError> {
+        let (first, len) = (run.first, run.len());
+        let Some(shard) = run.shard.as_mut() else {
+            return Err(StorageError::Misplaced {
+                path: shard_path(&self.dir, side, first, p),
+                reason: "the store lost track of this run's file".into(),
+            });
+        };
         if let Some(r) = &shard.reader {
             return f(r);
         }
-        let r = ShardReader::<K>::open(&shard_path(&self.dir, side, layer, p))?;
-        self.check_meta(&r, side, layer, p)?;
-        if r.len() != len {
-            return Err(StorageError::Misplaced {
-                path: r.path().to_path_buf(),
-                reason: format!("it holds {} keys, the store wrote {len}", r.len()),
-            });
-        }
+        let r = self.open_reader(side, p, first, len, shard.file)?;
         let out = f(&r)?;
         self.cache_reader(shard, mem, r);
         Ok(out)
@@ -431,22 +656,109 @@ impl<K: StateKey> DiskStore<K> {
     /// fit its share ([`SpillPolicy::KeepNewest`]).
     fn evict_oldest(&self, part: &mut Part<K>, p: usize, need: u64) -> Result<(), StorageError> {
         while part.mem + need > self.part_share {
-            let layers = &part.layers;
+            let runs = &part.runs;
             let oldest = (0..2)
-                .flat_map(|s| layers[s].iter().enumerate().filter(|(_, l)| l.keys.is_some()).map(move |(i, l)| (l.seq, s, i)))
+                .flat_map(|s| runs[s].iter().enumerate().filter(|(_, r)| r.keys.is_some()).map(move |(i, r)| (r.seq, s, i)))
                 .min();
             let Some((_, s, i)) = oldest else { return Ok(()) };
             let side = Side::from_index(s);
-            let l = &mut part.layers[s][i];
-            if l.shard.is_none() {
-                let keys = l.keys.as_deref().unwrap_or(&[]);
-                l.shard = Some(self.write_layer(side, i, p, keys)?);
+            let r = &mut part.runs[s][i];
+            if r.shard.is_none() {
+                let keys = r.keys.as_deref().unwrap_or(&[]);
+                r.shard = Some(self.write_layer(side, r.first, p, keys)?);
             }
-            let freed = l.ram_bytes();
-            l.keys = None;
+            let freed = r.ram_bytes();
+            r.keys = None;
             part.mem = part.mem.saturating_sub(freed);
         }
         Ok(())
+    }
+
+    /// Merges disk runs of one partition, LSM-style, so that lookups visit
+    /// O(log layers) files instead of one per layer: when the newest
+    /// [`MERGE_FANIN`] disk runs before the frontier are all of one tier, they
+    /// become one run of the next tier (the frontier stays alone, RAM layers stay
+    /// as they are, a run spans at most [`MAX_SPAN`] layers). A fan-in of 8
+    /// rather than a binary counter because creating files is what costs most on
+    /// disk (about 0.1 ms each on ext4): a key is rewritten once per tier, about
+    /// `log8(layers)` times, and the number of runs stays below `8 log8(layers)`.
+    fn compact(&self, side: Side, p: usize) -> Result<(), StorageError> {
+        if self.opts.durable || K::LIMBS > TAG_MAX_LIMBS {
+            return Ok(()); // checkpoints keep one file per layer
+        }
+        let s = side.index();
+        let mut g = self.part(p);
+        loop {
+            let runs = &g.runs[s];
+            let n = runs.len();
+            let Some(end) = (0..n.saturating_sub(1)).rev().find(|&j| runs[j].on_disk_only()).map(|j| j + 1) else {
+                return Ok(());
+            };
+            let Some(start) = end.checked_sub(MERGE_FANIN) else { return Ok(()) };
+            let group = &runs[start..end];
+            let tier = group[0].tier;
+            if !group.iter().all(|r| r.on_disk_only() && r.tier == tier) || group[MERGE_FANIN - 1].last() - group[0].first > MAX_SPAN {
+                return Ok(());
+            }
+            let merged = self.merge(side, p, group)?;
+            let part = &mut *g;
+            part.mem += RUN_RECORD;
+            let old: Vec<Run<K>> = part.runs[s].splice(start..end, [merged]).collect();
+            for r in old {
+                self.discard(side, p, r, &mut part.mem);
+            }
+            self.merges.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes consecutive runs (oldest first) as one tagged run of the next tier.
+    fn merge(&self, side: Side, p: usize, group: &[Run<K>]) -> Result<Run<K>, StorageError> {
+        let (first, last) = match (group.first(), group.last()) {
+            (Some(a), Some(b)) => (a.first, b.last()),
+            _ => return Err(StorageError::Misplaced { path: self.dir.clone(), reason: "merging no runs".into() }),
+        };
+        let file = FileName { first, last };
+        let path = file.path(&self.dir, side, p);
+        Self::ensure_parent(&path)?;
+        let readers = group.iter().map(|r| self.open_for_merge(side, p, r)).collect::<Result<Vec<_>, _>>()?;
+        let mut sources: Vec<Source<'_, K>> = readers.iter().zip(group).map(|(rd, r)| source(rd, r.first - first)).collect();
+        let mut w = ShardWriter::<TagKey<K>>::create(&path, Self::meta(side, first, p))?.unsynced();
+        loop {
+            // the smallest head among at most MERGE_FANIN sources
+            let mut best: Option<(TagKey<K>, usize)> = None;
+            for (i, src) in sources.iter_mut().enumerate() {
+                if let Some(k) = src.peek()? {
+                    match best {
+                        Some((b, _)) if b <= k => {}
+                        _ => best = Some((k, i)),
+                    }
+                }
+            }
+            let Some((k, i)) = best else { break };
+            sources[i].pos += 1;
+            w.push(k)?;
+        }
+        let info = w.finish()?;
+        self.account_written(info.bytes, info.keys);
+        let mut lens = Vec::with_capacity(last - first + 1);
+        for r in group {
+            lens.resize(r.first - first, 0);
+            lens.extend_from_slice(&r.lens);
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let shard = Shard { file, bytes: info.bytes, reader: None, reader_mem: 0 };
+        Ok(Run { first, lens, keys: None, shard: Some(shard), seq, tier: group[0].tier.saturating_add(1) })
+    }
+
+    /// A fresh reader for merging (the cached one stays untouched).
+    fn open_for_merge(&self, side: Side, p: usize, r: &Run<K>) -> Result<Reader<K>, StorageError> {
+        match &r.shard {
+            Some(s) => self.open_reader(side, p, r.first, r.len(), s.file),
+            None => Err(StorageError::Misplaced {
+                path: shard_path(&self.dir, side, r.first, p),
+                reason: "the store lost track of this run's file".into(),
+            }),
+        }
     }
 
     fn write_manifest(&self) -> Result<(), StorageError> {
@@ -467,6 +779,19 @@ impl<K: StateKey> DiskStore<K> {
         drop(f);
         fs::rename(&tmp, &path).map_err(io(&tmp, "renaming"))?;
         sync_parent_dir(&path)
+    }
+}
+
+/// What a disk run says about a batch of sorted keys: the indices found, with
+/// the layer offset each was found at.
+fn probe<K: StateKey>(r: &Reader<K>, keys: &[K], mut hit: impl FnMut(usize, u8)) -> Result<(), StorageError> {
+    match r {
+        Reader::Plain(x) => x.find_in_ranges(keys.len(), |i| (keys[i], keys[i]), |i, _| hit(i, 0)),
+        Reader::Tagged(x) => x.find_in_ranges(
+            keys.len(),
+            |i| (TagKey { key: keys[i], offset: 0 }, TagKey { key: keys[i], offset: u8::MAX }),
+            |i, t| hit(i, t.offset),
+        ),
     }
 }
 
@@ -531,7 +856,8 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
     }
 
     fn layer_len(&self, side: Side, layer: usize, partition: usize) -> u64 {
-        self.part(partition).layers[side.index()].get(layer).map_or(0, |l| l.len)
+        let mut g = self.part(partition);
+        g.run_of(side, layer).map_or(0, |(r, off)| r.lens.get(off).copied().unwrap_or(0))
     }
 
     fn for_each_chunk(
@@ -542,47 +868,58 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         f: &mut dyn FnMut(&[K]) -> Result<(), StorageError>,
     ) -> Result<(), StorageError> {
         let mut g = self.part(partition);
-        let Part { layers, mem, .. } = &mut *g;
-        let Some(Layer { keys, shard, len, .. }) = layers[side.index()].get_mut(layer) else {
+        let Part { runs, mem, .. } = &mut *g;
+        let i = runs[side.index()].partition_point(|r| r.first <= layer);
+        let Some(run) = i.checked_sub(1).map(|i| &mut runs[side.index()][i]).filter(|r| layer <= r.last()) else {
             return Ok(());
         };
-        if let Some(keys) = keys {
+        let off = layer - run.first;
+        if run.lens.get(off).copied().unwrap_or(0) == 0 {
+            return Ok(());
+        }
+        if let Some(keys) = &run.keys {
             for chunk in keys.chunks(CHUNK) {
                 f(chunk)?;
             }
             return Ok(());
         }
-        match shard {
-            Some(sh) if *len > 0 => {
-                self.with_reader(sh, *len, mem, side, layer, partition, |r| r.for_each_block(|b| f(b)))
+        self.with_reader(run, mem, side, partition, |r| match r {
+            Reader::Plain(x) => x.for_each_block(|b| f(b)),
+            Reader::Tagged(x) => {
+                // one layer of a merged run: the others are skipped
+                let mut chunk = Vec::new();
+                x.for_each_block(|b| {
+                    chunk.clear();
+                    chunk.extend(b.iter().filter(|t| t.offset as usize == off).map(|t| t.key));
+                    if chunk.is_empty() {
+                        Ok(())
+                    } else {
+                        f(&chunk)
+                    }
+                })
             }
-            _ => Ok(()),
-        }
+        })
     }
 
     fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), StorageError> {
         let mut g = self.part(partition);
-        let Part { layers, mem, .. } = &mut *g;
-        // newest layers first: in BFS most duplicates are recent
-        for (i, l) in layers[side.index()].iter_mut().enumerate().rev() {
+        let Part { runs, mem, .. } = &mut *g;
+        let mut hits = Vec::new();
+        // newest runs first: in BFS most duplicates are recent
+        for run in runs[side.index()].iter_mut().rev() {
             if candidates.is_empty() {
                 break;
             }
-            let Layer { keys, shard, len, .. } = l;
-            if *len == 0 {
+            if run.len() == 0 {
                 continue;
             }
-            if let Some(keys) = keys {
+            if let Some(keys) = &run.keys {
                 subtract_sorted(candidates, keys);
-            } else if let Some(sh) = shard {
-                let seen = self.with_reader(sh, *len, mem, side, i, partition, |r| r.contains_sorted(candidates))?;
-                let mut at = 0;
-                candidates.retain(|_| {
-                    let dup = seen.get(at).copied().unwrap_or(false);
-                    at += 1;
-                    !dup
-                });
+                continue;
             }
+            hits.clear();
+            self.with_reader(run, mem, side, partition, |r| probe(r, candidates, |i, _| hits.push(i)))?;
+            remove_indices(candidates, &hits);
         }
         Ok(())
     }
@@ -592,21 +929,37 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             return Ok(None);
         }
         let mut g = self.part(partition);
-        let Part { layers, mem, .. } = &mut *g;
-        for (i, l) in layers[side.index()].iter_mut().enumerate() {
-            let Layer { keys: ram, shard, len, .. } = l;
-            if *len == 0 {
+        let Part { runs, mem, .. } = &mut *g;
+        // oldest runs first; within a merged run, the lowest layer, then the
+        // smallest key, as a scan layer by layer would find
+        for run in runs[side.index()].iter_mut() {
+            if run.len() == 0 {
                 continue;
             }
-            if let Some(ram) = ram {
+            if let Some(ram) = &run.keys {
                 if let Some(k) = first_common(keys, ram) {
-                    return Ok(Some((k, i)));
+                    return Ok(Some((k, run.first)));
                 }
-            } else if let Some(sh) = shard {
-                let found = self.with_reader(sh, *len, mem, side, i, partition, |r| r.contains_sorted(keys))?;
-                if let Some(k) = found.iter().position(|&b| b).and_then(|j| keys.get(j)) {
-                    return Ok(Some((*k, i)));
+                continue;
+            }
+            let mut best: Option<(u8, usize)> = None;
+            self.with_reader(run, mem, side, partition, |r| {
+                probe(r, keys, |i, off| {
+                    match best {
+                        Some(b) if b <= (off, i) => {}
+                        _ => best = Some((off, i)),
+                    }
+                })
+            })?;
+            if let Some((off, i)) = best {
+                let (first, span) = (run.first, run.lens.len());
+                if off as usize >= span {
+                    return Err(StorageError::Misplaced {
+                        path: run.shard.as_ref().map_or_else(PathBuf::new, |s| s.file.path(&self.dir, side, partition)),
+                        reason: format!("a key carries layer offset {off} in a run of {span} layers"),
+                    });
                 }
+                return Ok(keys.get(i).map(|k| (*k, first + off as usize)));
             }
         }
         Ok(None)
@@ -614,17 +967,22 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
 
     fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, StorageError> {
         let mut g = self.part(partition);
-        let Part { layers, mem, .. } = &mut *g;
-        let Some(Layer { keys, shard, len, .. }) = layers[side.index()].get_mut(layer) else {
+        let Part { runs, mem, .. } = &mut *g;
+        let i = runs[side.index()].partition_point(|r| r.first <= layer);
+        let Some(run) = i.checked_sub(1).map(|i| &mut runs[side.index()][i]).filter(|r| layer <= r.last()) else {
             return Ok(false);
         };
-        if let Some(keys) = keys {
+        let off = layer - run.first;
+        if run.lens.get(off).copied().unwrap_or(0) == 0 {
+            return Ok(false);
+        }
+        if let Some(keys) = &run.keys {
             return Ok(keys.binary_search(key).is_ok());
         }
-        match shard {
-            Some(sh) if *len > 0 => self.with_reader(sh, *len, mem, side, layer, partition, |r| r.contains(key)),
-            _ => Ok(false),
-        }
+        self.with_reader(run, mem, side, partition, |r| match r {
+            Reader::Plain(x) => x.contains(key),
+            Reader::Tagged(x) => x.contains(&TagKey { key: *key, offset: off as u8 }),
+        })
     }
 
     fn push_layer(&self, side: Side, partition: usize, mut keys: Vec<K>) -> Result<(), StorageError> {
@@ -636,30 +994,32 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         let mut g = self.part(partition);
         let part = &mut *g;
         if let Some(old) = part.pending[s].take() {
-            self.discard(side, layer, partition, old, &mut part.mem);
+            self.discard(side, partition, old, &mut part.mem);
         }
-        let fits = len == 0
-            || match self.opts.policy {
-                SpillPolicy::AllToDisk => false,
-                SpillPolicy::KeepOldest => part.mem + LAYER_RECORD + bytes <= self.part_share,
-                SpillPolicy::KeepNewest => {
-                    if LAYER_RECORD + bytes <= self.part_share {
-                        self.evict_oldest(part, partition, LAYER_RECORD + bytes)?;
-                    }
-                    part.mem + LAYER_RECORD + bytes <= self.part_share
+        if len == 0 && !self.opts.durable {
+            return Ok(()); // an empty layer is the absence of a run
+        }
+        let fits = match self.opts.policy {
+            SpillPolicy::AllToDisk => false,
+            SpillPolicy::KeepOldest => part.mem + RUN_RECORD + bytes <= self.part_share,
+            SpillPolicy::KeepNewest => {
+                if RUN_RECORD + bytes <= self.part_share {
+                    self.evict_oldest(part, partition, RUN_RECORD + bytes)?;
                 }
-            };
+                part.mem + RUN_RECORD + bytes <= self.part_share
+            }
+        };
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let mut l = Layer { keys: None, shard: None, len, seq };
+        let mut run = Run { first: layer, lens: vec![len], keys: None, shard: None, seq, tier: 0 };
         if self.opts.durable || !fits {
-            l.shard = Some(self.write_layer(side, layer, partition, &keys)?);
+            run.shard = Some(self.write_layer(side, layer, partition, &keys)?);
         }
         if fits {
             part.mem += bytes;
-            l.keys = Some(keys);
+            run.keys = Some(keys);
         }
-        part.mem += LAYER_RECORD;
-        part.pending[s] = Some(l);
+        part.mem += RUN_RECORD;
+        part.pending[s] = Some(run);
         Ok(())
     }
 
@@ -668,40 +1028,35 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         let layer = self.layers(side);
         for p in 0..self.parts.len() {
             let mut g = self.part(p);
-            let l = match g.pending[s].take() {
-                Some(l) => l,
-                None => {
-                    // a partition nobody pushed to holds an empty layer
+            match g.pending[s].take() {
+                Some(run) => g.runs[s].push(run),
+                None if self.opts.durable => {
+                    // a checkpoint has a file for every layer of every partition
+                    let shard = self.write_layer(side, layer, p, &[])?;
                     let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                    let mut l = Layer { keys: Some(Vec::new()), shard: None, len: 0, seq };
-                    if self.opts.durable {
-                        l.shard = Some(self.write_layer(side, layer, p, &[])?);
-                    }
-                    g.mem += LAYER_RECORD;
-                    l
+                    g.mem += RUN_RECORD;
+                    g.runs[s].push(Run { first: layer, lens: vec![0], keys: None, shard: Some(shard), seq, tier: 0 });
                 }
-            };
-            g.layers[s].push(l);
+                None => {}
+            }
         }
         if self.opts.durable {
             // the new L{layer} entry must reach disk before the manifest names it
             let ldir = self.dir.join(side_dir(side)).join(format!("L{layer}"));
             sync_parent_dir(&ldir)?;
             self.sealed[s].fetch_add(1, Ordering::AcqRel);
-            self.write_manifest()?;
-        } else {
-            self.sealed[s].fetch_add(1, Ordering::AcqRel);
+            return self.write_manifest();
         }
-        Ok(())
+        self.sealed[s].fetch_add(1, Ordering::AcqRel);
+        (0..self.parts.len()).into_par_iter().try_for_each(|p| self.compact(side, p))
     }
 
     fn abort_layer(&self, side: Side) {
-        let layer = self.layers(side);
         for p in 0..self.parts.len() {
             let mut g = self.part(p);
             let part = &mut *g;
-            if let Some(l) = part.pending[side.index()].take() {
-                self.discard(side, layer, p, l, &mut part.mem);
+            if let Some(run) = part.pending[side.index()].take() {
+                self.discard(side, p, run, &mut part.mem);
             }
         }
     }
@@ -726,7 +1081,7 @@ mod tests {
     /// two sides overlap freely.
     fn layers_strategy() -> impl Strategy<Value = [Vec<Vec<u64>>; 2]> {
         let layer = proptest::collection::vec(0u64..5000, 0..400);
-        let side = proptest::collection::vec(layer, 1..6).prop_map(|mut side| {
+        let side = proptest::collection::vec(layer, 1..12).prop_map(|mut side| {
             let mut seen = std::collections::HashSet::new();
             for l in &mut side {
                 l.retain(|k| seen.insert(*k));
@@ -820,7 +1175,7 @@ mod tests {
             fill(&disk, &layers, parts);
             assert_same(&mem, &disk, parts, &probes);
             // layer records are charged but cannot be spilled
-            let records = (disk.layers(Side::Forward) + disk.layers(Side::Backward)) as u64 * 4 * LAYER_RECORD;
+            let records = (disk.layers(Side::Forward) + disk.layers(Side::Backward)) as u64 * 4 * RUN_RECORD;
             let bytes = disk.bytes();
             prop_assert!(bytes.memory <= budget + records, "{} > {budget} + {records}", bytes.memory);
             prop_assert!(disk.open_shards() <= max_open);
@@ -974,9 +1329,9 @@ mod tests {
     fn shard_in_the_wrong_place_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let store = spilled(dir.path());
-        let (a, b) = (shard_path(dir.path(), Side::Forward, 0, 0), shard_path(dir.path(), Side::Forward, 0, 1));
+        let (a, b) = (shard_path(dir.path(), Side::Backward, 0, 0), shard_path(dir.path(), Side::Backward, 0, 1));
         fs::copy(&a, &b).unwrap();
-        let e = chunks(&store, Side::Forward, 0, 1).unwrap_err();
+        let e = chunks(&store, Side::Backward, 0, 1).unwrap_err();
         assert!(matches!(e, StorageError::Misplaced { ref path, ref reason } if *path == b && reason.contains("partition 0")), "{e}");
     }
 
@@ -1027,6 +1382,43 @@ mod tests {
         fs::remove_file(&victim).unwrap();
         let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default()).err().unwrap();
         assert!(matches!(e, StorageError::Io { ref path, .. } if *path == victim), "{e}");
+    }
+
+    #[test]
+    fn deep_searches_merge_runs_and_answer_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let parts = Partitioner::new(2);
+        let side = |seed: u64| -> Vec<Vec<u64>> {
+            let mut seen = std::collections::HashSet::new();
+            (0..60u64)
+                .map(|l| {
+                    let n = 20 + (xxh3_64(&(seed + l).to_le_bytes()) % 300);
+                    (0..n).map(|i| xxh3_64(&(seed * 7919 + l * 1000 + i).to_le_bytes()) % 200_000).filter(|k| seen.insert(*k)).collect()
+                })
+                .collect()
+        };
+        let layers = [side(1), side(2)];
+        let mem = MemStore::<u64>::new(2);
+        let disk = DiskStore::<u64>::create(dir.path(), 2, opts(0, SpillPolicy::AllToDisk)).unwrap();
+        fill(&mem, &layers, parts);
+        fill(&disk, &layers, parts);
+        assert!(disk.merges() >= 20, "{} merges", disk.merges());
+        // 60 layers: 7 merged runs of 8, 3 single layers and the frontier
+        let files = |side: &str| {
+            fs::read_dir(dir.path().join(side)).unwrap().flatten().filter(|e| e.path().join("p0.shard").exists()).count()
+        };
+        assert!(files("f") <= 12 && files("b") <= 12, "{} and {} runs", files("f"), files("b"));
+        let probes: Vec<u64> = (0..200_000).step_by(37).collect();
+        assert_same(&mem, &disk, parts, &probes);
+        assert_eq!(disk.disk_keys(), layers.iter().flatten().map(|l| l.len() as u64).sum::<u64>());
+        // a damaged merged run is named like any shard
+        let merged = dir.path().join("f").join("L8-15").join("p1.shard");
+        let mut b = fs::read(&merged).unwrap();
+        b[70] ^= 0x22;
+        fs::write(&merged, &b).unwrap();
+        let mut c: Vec<u64> = probes.iter().copied().filter(|k| parts.of(k) == 1).collect();
+        let e = disk.retain_unseen(Side::Forward, 1, &mut c).unwrap_err();
+        assert!(matches!(e, StorageError::CorruptBlock { ref path, .. } if *path == merged), "{e}");
     }
 
     #[test]

@@ -1060,6 +1060,61 @@ impl<K: StateKey> ShardReader<K> {
         Ok(out)
     }
 
+    /// For ranges `i in 0..n` (`range(i)` gives `lo..=hi`, with `lo` ascending in
+    /// `i`), calls `found(i, k)` with the smallest stored key `k` in the range, for
+    /// the ranges that hold one. Each block is read at most once and only if a
+    /// range starts in it; a range past the end of a block is answered from the
+    /// next block's first key in the index.
+    pub fn find_in_ranges(
+        &self,
+        n: usize,
+        range: impl Fn(usize) -> (K, K),
+        mut found: impl FnMut(usize, K),
+    ) -> Result<(), StorageError> {
+        let mut s = Scratch::default();
+        let mut keys = Vec::new();
+        let mut loaded: Option<usize> = None;
+        let mut pos = 0;
+        let mut prev_lo: Option<K> = None;
+        for i in 0..n {
+            let (lo, hi) = range(i);
+            if prev_lo.is_some_and(|p| lo < p) {
+                return Err(StorageError::QueryNotSorted { path: self.path.clone(), index: i });
+            }
+            prev_lo = Some(lo);
+            if lo > hi {
+                continue;
+            }
+            let stay = loaded.filter(|&b| !matches!(self.index.get(b + 1), Some(e) if e.first <= lo));
+            let Some(b) = stay.or_else(|| self.block_for(&lo)) else {
+                // below the first key: only the first key itself can be in range
+                if let Some(e) = self.index.first() {
+                    if e.first <= hi {
+                        found(i, e.first);
+                    }
+                }
+                continue;
+            };
+            if loaded != Some(b) {
+                self.read_block(b, &mut s, &mut keys, None)?;
+                loaded = Some(b);
+                pos = 0;
+            }
+            pos += keys[pos..].partition_point(|k| *k < lo);
+            let first = keys.get(pos).copied().or_else(|| self.index.get(b + 1).map(|e| e.first));
+            if let Some(k) = first.filter(|k| *k <= hi) {
+                found(i, k);
+            }
+        }
+        Ok(())
+    }
+
+    /// Pulls the keys block by block, for merging shards without holding them.
+    /// Each block is hash-checked; the whole-file checksum is not.
+    pub fn block_cursor(&self) -> Blocks<'_, K> {
+        Blocks { reader: self, next: 0, scratch: Scratch::default(), keys: Vec::new() }
+    }
+
     /// Streams the keys in `lo..=hi` in order, reading only the blocks that can
     /// hold them (one block in memory). Each block is hash-checked; the
     /// whole-file checksum is not, since that needs every byte of the file.
@@ -1105,6 +1160,26 @@ impl<K: StateKey> ShardReader<K> {
         h.update(&self.index_raw);
         h.update(&self.header_raw);
         self.check_checksum(h.digest())
+    }
+}
+
+/// A pull cursor over a shard's blocks, from [`ShardReader::block_cursor`].
+pub struct Blocks<'a, K: StateKey> {
+    reader: &'a ShardReader<K>,
+    next: usize,
+    scratch: Scratch,
+    keys: Vec<K>,
+}
+
+impl<K: StateKey> Blocks<'_, K> {
+    /// The next block's keys (never empty), or `None` after the last block.
+    pub fn next_block(&mut self) -> Result<Option<&[K]>, StorageError> {
+        if self.next >= self.reader.index.len() {
+            return Ok(None);
+        }
+        self.reader.read_block(self.next, &mut self.scratch, &mut self.keys, None)?;
+        self.next += 1;
+        Ok(Some(&self.keys))
     }
 }
 
@@ -1291,6 +1366,39 @@ mod tests {
             .unwrap();
             let expect: Vec<u64> = keys.iter().copied().filter(|&k| k >= lo && k <= hi).collect();
             assert_eq!(got, expect, "{lo}..={hi}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn ranges_and_blocks_agree_with_a_scan(keys in proptest::collection::vec(0u64..3000, 0..500),
+                                               starts in proptest::collection::vec(0u64..3100, 0..80),
+                                               width in 0u64..40, bk in 1u32..40) {
+            let keys = sorted_unique(keys);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("q.shard");
+            let mut w = ShardWriter::<u64>::create_with_block_keys(&path, META, bk).unwrap();
+            for &k in &keys {
+                w.push(k).unwrap();
+            }
+            w.finish().unwrap();
+            let r = ShardReader::<u64>::open(&path).unwrap();
+            let starts = sorted_unique(starts);
+            let mut got = Vec::new();
+            r.find_in_ranges(starts.len(), |i| (starts[i], starts[i] + width), |i, k| got.push((i, k))).unwrap();
+            let expect: Vec<(usize, u64)> = starts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &lo)| keys.iter().find(|&&k| k >= lo && k <= lo + width).map(|&k| (i, k)))
+                .collect();
+            prop_assert_eq!(got, expect);
+            let mut all = Vec::new();
+            let mut it = r.block_cursor();
+            while let Some(b) = it.next_block().unwrap() {
+                prop_assert!(!b.is_empty());
+                all.extend_from_slice(b);
+            }
+            prop_assert_eq!(all, keys);
         }
     }
 
