@@ -106,6 +106,10 @@ pub struct StorageReport {
     pub peak_disk_bytes: u64,
     /// Successor keys written to runs by the exchange.
     pub spilled_candidates: u64,
+    /// Most candidates one partition held in a merge, and how many its share
+    /// of the budget is sized for (more means raise `partitions`).
+    pub largest_partition_candidates: u64,
+    pub partition_share_keys: u64,
     /// The spill directory, when kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_dir: Option<PathBuf>,
@@ -239,6 +243,8 @@ fn solve_typed<K: StateKey>(
             disk_states: store.disk_keys(),
             peak_disk_bytes: usage.peak(),
             spilled_candidates: exchange.spilled_keys(),
+            largest_partition_candidates: exchange.largest_take(),
+            partition_share_keys: budget.partition_keys(),
             spill_dir: spill.kept().then(|| spill.path().to_path_buf()),
         });
         result?;

@@ -114,6 +114,8 @@ pub struct SpillExchange<K: StateKey> {
     /// Candidates of one partition above this many keys get a warning.
     warn_keys: u64,
     warned: AtomicBool,
+    /// Most candidates one partition took.
+    largest: AtomicU64,
 }
 
 fn batch_bytes<K>(b: &Vec<K>) -> u64 {
@@ -160,6 +162,7 @@ impl<K: StateKey> SpillExchange<K> {
             runs_written: AtomicU64::new(0),
             warn_keys,
             warned: AtomicBool::new(false),
+            largest: AtomicU64::new(0),
         })
     }
 
@@ -170,6 +173,12 @@ impl<K: StateKey> SpillExchange<K> {
     /// Keys written to runs so far (a key spilled twice counts twice).
     pub fn spilled_keys(&self) -> u64 {
         self.spilled_keys.load(Ordering::Acquire)
+    }
+
+    /// Most candidates (duplicates included) one partition took at once: what
+    /// the merge held, to compare with the share behind `warn_keys`.
+    pub fn largest_take(&self) -> u64 {
+        self.largest.load(Ordering::Acquire)
     }
 
     /// Run files written so far.
@@ -361,6 +370,7 @@ impl<K: StateKey> Exchange<K> for SpillExchange<K> {
             out.extend_from_slice(&b);
         }
         self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+        self.largest.fetch_max(out.len() as u64, Ordering::AcqRel);
         if out.len() as u64 > self.warn_keys && !self.warned.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 partition,
