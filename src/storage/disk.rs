@@ -1421,6 +1421,29 @@ mod tests {
         assert!(matches!(e, StorageError::CorruptBlock { ref path, .. } if *path == merged), "{e}");
     }
 
+    /// A full disk is an error naming the file being written, not a panic and
+    /// not a layer that silently lacks keys. /dev/full stands in for the device:
+    /// the writer's temporary file is a symlink to it.
+    #[test]
+    fn disk_full_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::<u64>::create(dir.path(), 2, opts(0, SpillPolicy::AllToDisk)).unwrap();
+        let target = shard_path(dir.path(), Side::Forward, 0, 1);
+        fs::create_dir_all(target.parent().unwrap()).unwrap();
+        let tmp = PathBuf::from(format!("{}.tmp", target.display()));
+        std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
+        store.push_layer(Side::Forward, 0, vec![1, 2, 3]).unwrap();
+        let keys: Vec<u64> = (0..100_000).map(|i| i * 7).collect();
+        let e = store.push_layer(Side::Forward, 1, keys).unwrap_err();
+        assert!(e.is_disk_full(), "{e}");
+        assert_eq!(e.path(), tmp);
+        assert!(e.to_string().starts_with(&format!("disk full while writing {}", tmp.display())), "{e}");
+        assert!(!target.exists());
+        // the step is abandoned cleanly
+        store.abort_layer(Side::Forward);
+        assert_eq!(store.layers(Side::Forward), 0);
+    }
+
     #[test]
     fn keep_oldest_stays_within_its_share_and_writes_each_layer_once() {
         let dir = tempfile::tempdir().unwrap();
