@@ -144,6 +144,31 @@ pub struct SolveReport {
     pub storage: Option<StorageReport>,
 }
 
+impl SolveReport {
+    /// A report with nothing searched yet: unsolvable with the board's reason if
+    /// the board alone proves it, zero counters otherwise.
+    pub fn empty(board: &Board) -> SolveReport {
+        SolveReport {
+            status: Status::Unsolvable,
+            pushes: None,
+            moves: None,
+            solution: None,
+            states: 0,
+            generated: 0,
+            seconds: 0.0,
+            kpg_seconds: 0.0,
+            forward_layers: 0,
+            backward_layers: 0,
+            peak_memory_bytes: 0,
+            store_bytes: 0,
+            disk_bytes: 0,
+            key_width: board.keyspace.width,
+            reason: board.unsolvable.clone(),
+            storage: None,
+        }
+    }
+}
+
 /// Solves `board` in this process.
 pub fn solve_local(
     board: Arc<Board>,
@@ -179,24 +204,7 @@ fn solve_typed<K: StateKey>(
     progress: &dyn Progress,
 ) -> Result<SolveReport, EngineError> {
     let started = Instant::now();
-    let mut report = SolveReport {
-        status: Status::Unsolvable,
-        pushes: None,
-        moves: None,
-        solution: None,
-        states: 0,
-        generated: 0,
-        seconds: 0.0,
-        kpg_seconds: 0.0,
-        forward_layers: 0,
-        backward_layers: 0,
-        peak_memory_bytes: 0,
-        store_bytes: 0,
-        disk_bytes: 0,
-        key_width: board.keyspace.width,
-        reason: board.unsolvable.clone(),
-        storage: None,
-    };
+    let mut report = SolveReport::empty(&board);
     if report.reason.is_some() {
         return Ok(report);
     }

@@ -129,17 +129,7 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
         pool.install(|| build_tables(board.clone(), args.k, 16, &AtomicBool::new(false), &progress))?;
     progress.finish();
     let bytes = kdb::save(&args.output, &tables, &level.to_xsb())?;
-    for s in &stats {
-        if args.json {
-            println!("{}", serde_json::to_string(s)?);
-        } else {
-            println!("{}", describe(s));
-        }
-    }
-    if !args.json {
-        println!("wrote {} ({})", args.output.display(), human_bytes(bytes));
-    }
-    Ok(ExitCode::from(EXIT_OK))
+    report_build(&args, &stats, bytes)
 }
 
 /// `deadlocks build --coordinator`: the cluster plays the k-games; the database
@@ -173,7 +163,13 @@ fn build_on_cluster(args: &BuildArgs, addr: &str, level: &sokoshard::model::leve
     let tmp = args.output.with_extension("kdb.tmp");
     std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &args.output).with_context(|| format!("writing {}", args.output.display()))?;
-    for s in &stats {
+    report_build(&args, &stats, bytes.len() as u64)
+}
+
+/// The build report, the same for a local and a cluster build: a line (or JSON
+/// object) per k, then the file written.
+fn report_build(args: &BuildArgs, stats: &[KStats], bytes: u64) -> Result<ExitCode> {
+    for s in stats {
         if args.json {
             println!("{}", serde_json::to_string(s)?);
         } else {
@@ -181,7 +177,7 @@ fn build_on_cluster(args: &BuildArgs, addr: &str, level: &sokoshard::model::leve
         }
     }
     if !args.json {
-        println!("wrote {} ({})", args.output.display(), human_bytes(bytes.len() as u64));
+        println!("wrote {} ({})", args.output.display(), human_bytes(bytes));
     }
     Ok(ExitCode::from(EXIT_OK))
 }

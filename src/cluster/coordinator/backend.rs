@@ -319,24 +319,7 @@ fn run_typed<K: StateKey>(
     tables: &Arc<Vec<u8>>,
 ) -> Result<SolveReport, ClusterError> {
     let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
-    let mut report = SolveReport {
-        storage: None,
-        status: Status::Unsolvable,
-        pushes: None,
-        moves: None,
-        solution: None,
-        states: 0,
-        generated: 0,
-        seconds: 0.0,
-        kpg_seconds: 0.0,
-        forward_layers: 0,
-        backward_layers: 0,
-        peak_memory_bytes: 0,
-        store_bytes: 0,
-        disk_bytes: 0,
-        key_width: board.keyspace.width,
-        reason: board.unsolvable.clone(),
-    };
+    let mut report = SolveReport::empty(&board);
     if report.reason.is_some() {
         return Ok(report);
     }
