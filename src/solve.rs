@@ -14,7 +14,7 @@ use crate::engine::search::{bidirectional, Limits, LocalBackend, Progress, Searc
 use crate::engine::{EngineError, PatternCheck, Problem};
 use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
-use crate::model::rules::{goal_states, normalize_player, Pruning, Scratch};
+use crate::model::rules::{goal_states, normalize_player, BoxMove, Pruning, Scratch};
 use crate::model::solution::pushes_to_lurd;
 use crate::storage::budget::{default_budget, MemoryBudget};
 use crate::storage::disk::{DiskOptions, DiskStore, DiskUsage, SpillPolicy};
@@ -167,6 +167,31 @@ impl SolveReport {
             storage: None,
         }
     }
+
+    /// Records a rebuilt push path as the solution. `false` if the pushes do not
+    /// replay on the board (an engine bug the caller reports as internal).
+    pub fn record_solution(&mut self, board: &Board, pushes: &[BoxMove]) -> bool {
+        let Some(lurd) = pushes_to_lurd(board, pushes) else { return false };
+        self.status = Status::Solved;
+        self.pushes = Some(pushes.len());
+        self.moves = Some(lurd.len());
+        self.solution = Some(lurd);
+        true
+    }
+
+    /// Records how a search ended when the sides did not meet; a meeting is
+    /// recorded with [`SolveReport::record_solution`] once the path is rebuilt.
+    pub fn record_unmet<K>(&mut self, end: &SearchEnd<K>) {
+        match end {
+            SearchEnd::Met { .. } => {}
+            SearchEnd::Unsolvable { exhausted } => {
+                self.status = Status::Unsolvable;
+                self.reason = Some(format!("the {} search ran dry", exhausted.name()));
+            }
+            SearchEnd::Cancelled => self.status = Status::Timeout,
+            SearchEnd::Limit => self.status = Status::Limit,
+        }
+    }
 }
 
 /// Solves `board` in this process.
@@ -283,19 +308,11 @@ fn search<K: StateKey>(
         SearchEnd::Met { key, forward, backward } => {
             let lookup = StoreLookup { store, partitioner };
             let pushes = rebuild(problem, &lookup, key, forward, backward)?;
-            let lurd = pushes_to_lurd(&problem.board, &pushes)
-                .ok_or_else(|| EngineError::Internal("rebuilt pushes do not replay".into()))?;
-            report.status = Status::Solved;
-            report.pushes = Some(pushes.len());
-            report.moves = Some(lurd.len());
-            report.solution = Some(lurd);
+            if !report.record_solution(&problem.board, &pushes) {
+                return Err(EngineError::Internal("rebuilt pushes do not replay".into()));
+            }
         }
-        SearchEnd::Unsolvable { exhausted } => {
-            report.status = Status::Unsolvable;
-            report.reason = Some(format!("the {} search ran dry", exhausted.name()));
-        }
-        SearchEnd::Cancelled => report.status = Status::Timeout,
-        SearchEnd::Limit => report.status = Status::Limit,
+        other => report.record_unmet(&other),
     }
     Ok(())
 }

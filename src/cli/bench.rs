@@ -62,6 +62,10 @@ pub struct KpgArgs {
     /// Largest k.
     #[arg(long, default_value_t = 3)]
     pub max_k: usize,
+    /// Instead of the per-level table: solve every level of the file with this
+    /// timeout (seconds) at each k and count the levels solved.
+    #[arg(long, value_name = "SECONDS")]
+    pub solved_within: Option<f64>,
 }
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
@@ -131,26 +135,83 @@ fn engine(args: BenchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The table configurations `bench kpg` compares: no table at all (`--kpg 0`),
+/// dead squares only (the player-free 1-PG verdict, the solver's default), then
+/// full k-PG tables for k = 1..max_k.
+fn kpg_columns(max_k: usize) -> Vec<(String, Vec<String>)> {
+    let mut cols = vec![("k=0".to_string(), vec!["--kpg".to_string(), "0".to_string()]), ("dead squares".to_string(), vec![])];
+    cols.extend((1..=max_k).map(|k| (format!("k={k}"), vec!["--kpg".to_string(), k.to_string()])));
+    cols
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 fn kpg(args: KpgArgs) -> Result<ExitCode> {
+    let cols = kpg_columns(args.max_k);
+    if let Some(secs) = args.solved_within {
+        return kpg_solved_within(&args.common.file, &cols, secs);
+    }
     print!("| level | pushes | k=0 states | k=0 s |");
-    for k in 1..=args.max_k {
-        print!(" k={k} states (ratio) | k={k} s (ratio) |");
+    for (name, _) in &cols[1..] {
+        print!(" {name} states (ratio) | {name} s (ratio) |");
     }
     println!();
-    println!("|{}", "---|".repeat(4 + 2 * args.max_k));
+    println!("|{}", "---|".repeat(4 + 2 * (cols.len() - 1)));
     for level in levels(&args.common.levels)? {
-        let base = solve_json(&args.common.file, level, &[])?;
+        let base = solve_json(&args.common.file, level, &as_strs(&cols[0].1))?;
         let (s0, t0) = (f(&base, "states"), f(&base, "seconds"));
         print!("| {level} | {} | {s0:.0} | {t0:.2} |", base["pushes"]);
-        for k in 1..=args.max_k {
-            let v = solve_json(&args.common.file, level, &["--kpg", &k.to_string()])?;
+        for (name, c) in &cols[1..] {
+            let v = solve_json(&args.common.file, level, &as_strs(c))?;
             if v["pushes"] != base["pushes"] {
-                bail!("level {level}: k={k} gave {} pushes, k=0 gave {}", v["pushes"], base["pushes"]);
+                bail!("level {level}: {name} gave {} pushes, k=0 gave {}", v["pushes"], base["pushes"]);
             }
             let (s, t) = (f(&v, "states"), f(&v, "seconds"));
             print!(" {s:.0} ({:.2}) | {t:.2} ({:.2}) |", s / s0, t / t0);
         }
         println!();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Solves the whole file once per table configuration with `secs` per level and
+/// counts the levels solved; every push count must agree across configurations.
+fn kpg_solved_within(file: &PathBuf, cols: &[(String, Vec<String>)], secs: f64) -> Result<ExitCode> {
+    let exe = std::env::current_exe().context("locating the sokoshard binary")?;
+    println!("| tables | levels solved within {secs} s | of | seconds in all (table builds included) | unsolved |");
+    println!("|---|---|---|---|---|");
+    let mut pushes_seen: std::collections::BTreeMap<u64, serde_json::Value> = Default::default();
+    for (name, c) in cols {
+        let out = Command::new(&exe)
+            .arg("solve")
+            .arg(file)
+            .args(["--all", "--json", "--timeout", &secs.to_string()])
+            .args(c)
+            .output()
+            .context("running sokoshard solve")?;
+        let mut solved = 0;
+        let mut total = 0;
+        let mut seconds = 0.0;
+        let mut unsolved = Vec::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let v: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{name}: bad JSON line {line:?}"))?;
+            total += 1;
+            seconds += f(&v, "seconds");
+            let level = v["level"].as_u64().unwrap_or(0);
+            if v["status"] == "solved" {
+                solved += 1;
+                let prev = pushes_seen.entry(level).or_insert_with(|| v["pushes"].clone());
+                if *prev != v["pushes"] {
+                    bail!("level {level}: {name} gave {} pushes, another configuration {}", v["pushes"], prev);
+                }
+            } else {
+                unsolved.push(level.to_string());
+            }
+        }
+        anyhow::ensure!(total > 0, "{name}: solve printed no levels: {}", String::from_utf8_lossy(&out.stderr));
+        println!("| {name} | {solved} | {total} | {seconds:.0} | {} |", unsolved.join(", "));
     }
     Ok(ExitCode::SUCCESS)
 }

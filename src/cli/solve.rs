@@ -63,6 +63,8 @@ pub struct SolveArgs {
     #[arg(long)]
     pub no_freeze: bool,
     /// Build k-PG deadlock tables up to this k in memory before each solve (1 to 4).
+    /// Without it the solve still prunes dead squares, the player-free part of the
+    /// 1-PG table; `--kpg 0` turns that off too and uses no table at all.
     #[arg(long, conflicts_with = "deadlocks")]
     pub kpg: Option<usize>,
     /// Load k-PG deadlock tables from a database built by `deadlocks build`.
@@ -106,7 +108,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         anyhow::ensure!(t > 0.0 && t.is_finite(), "--timeout must be a positive number of seconds");
     }
     if let Some(k) = args.kpg {
-        anyhow::ensure!((1..=MAX_K).contains(&k), "--kpg must be between 1 and {MAX_K}");
+        anyhow::ensure!(k <= MAX_K, "--kpg must be between 0 and {MAX_K}");
     }
     if let Some(dir) = &args.spill_dir {
         check_spill_base(dir)?;
@@ -123,7 +125,9 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
     let opts = SolveOptions {
         partitions: args.partitions,
-        pruning: Pruning { dead_squares: true, freeze: !args.no_freeze },
+        // dead squares are the 1-PG's verdict on lone boxes (Heiner's "dead
+        // locations"), so `--kpg 0`, no table at all, does without them
+        pruning: Pruning { dead_squares: args.kpg != Some(0), freeze: !args.no_freeze },
         max_states: args.max_states,
         patterns: None,
         memory_budget: args.mem,
@@ -218,7 +222,7 @@ fn solve_one(
     let label = format!("level {} ({})", text.index, text.title);
     let started = Instant::now();
     let mut kpg_seconds = 0.0;
-    if let Some(k) = tables.kpg {
+    if let Some(k) = tables.kpg.filter(|&k| k > 0) {
         let progress = KProgress::new(label.clone());
         let built = pool.install(|| build_tables(board.clone(), k, 16, &cancel, &progress));
         progress.finish();

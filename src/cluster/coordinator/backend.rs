@@ -28,7 +28,6 @@ use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
-use crate::model::solution::pushes_to_lurd;
 use crate::solve::{seeds, SolveReport, Status};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -350,19 +349,11 @@ fn run_typed<K: StateKey>(
             sh.update(id, true, |r| r.meeting = Some((keys_to_bytes(&[key]), forward, backward)))?;
             let lookup = RemoteLookup { backend: RefCell::new(&mut backend) };
             let pushes = rebuild(&problem, &lookup, key, forward, backward).map_err(|e| lookup.take_error(e))?;
-            let lurd = pushes_to_lurd(&board, &pushes)
-                .ok_or_else(|| ClusterError::Internal("rebuilt pushes do not replay".into()))?;
-            report.status = Status::Solved;
-            report.pushes = Some(pushes.len());
-            report.moves = Some(lurd.len());
-            report.solution = Some(lurd);
+            if !report.record_solution(&board, &pushes) {
+                return Err(ClusterError::Internal("rebuilt pushes do not replay".into()));
+            }
         }
-        SearchEnd::Unsolvable { exhausted } => {
-            report.status = Status::Unsolvable;
-            report.reason = Some(format!("the {} search ran dry", exhausted.name()));
-        }
-        SearchEnd::Cancelled => report.status = Status::Timeout,
-        SearchEnd::Limit => report.status = Status::Limit,
+        other => report.record_unmet(&other),
     }
     Ok(report)
 }
