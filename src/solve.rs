@@ -71,10 +71,17 @@ pub struct SolveOptions {
     pub spill_policy: SpillPolicy,
 }
 
+/// Partitions for `threads` worker threads when none are asked for: 8 per
+/// thread balances the threads (a partition is the unit of work) while keeping
+/// each partition's keys dense (see [`Partitioner`]).
+pub fn default_partitions(threads: usize) -> usize {
+    (8 * threads.max(1)).next_power_of_two().min(1 << 16)
+}
+
 impl Default for SolveOptions {
     fn default() -> Self {
         SolveOptions {
-            partitions: 64,
+            partitions: default_partitions(2),
             pruning: Pruning::ALL,
             max_states: None,
             patterns: None,
@@ -235,7 +242,7 @@ fn solve_typed<K: StateKey>(
     }
     let problem = Problem::<K>::full(board.clone(), opts.pruning, opts.patterns.clone());
     if !opts.spills() {
-        let partitioner = Partitioner::new(opts.partitions);
+        let partitioner = Partitioner::for_space(opts.partitions, &problem.space);
         let store = MemStore::<K>::new(partitioner.count());
         let exchange = LocalExchange::<K>::new(partitioner.count());
         search(&problem, partitioner, &store, &exchange, opts, cancel, progress, &mut report)?;
@@ -245,7 +252,7 @@ fn solve_typed<K: StateKey>(
             rayon::current_num_threads(),
             std::mem::size_of::<K>(),
         );
-        let partitioner = Partitioner::new(budget.partitions(opts.partitions));
+        let partitioner = Partitioner::for_space(budget.partitions(opts.partitions), &problem.space);
         let parts = partitioner.count();
         let base = opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
         // declared first so that it is dropped (and the files removed) last

@@ -163,7 +163,7 @@ fn build_on_cluster(args: &BuildArgs, addr: &str, level: &sokoshard::model::leve
     let tmp = args.output.with_extension("kdb.tmp");
     std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &args.output).with_context(|| format!("writing {}", args.output.display()))?;
-    report_build(&args, &stats, bytes.len() as u64)
+    report_build(args, &stats, bytes.len() as u64)
 }
 
 /// The build report, the same for a local and a cluster build: a line (or JSON

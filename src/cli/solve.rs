@@ -40,10 +40,10 @@ pub struct SolveArgs {
     /// Stop a level (status `limit`) once this many states are stored.
     #[arg(long)]
     pub max_states: Option<u64>,
-    /// Number of state partitions (a power of two). With --mem or --spill-dir
-    /// this is a minimum: the budget asks for at least 32 per thread.
-    #[arg(long, default_value_t = 64)]
-    pub partitions: usize,
+    /// Number of state partitions (a power of two; default 8 per thread). Fewer
+    /// partitions keep spilled shards denser and fewer; more balance threads.
+    #[arg(long)]
+    pub partitions: Option<usize>,
     /// Memory budget for states and successors, e.g. 512MiB, 8GiB, 1.5GB or a
     /// byte count; what does not fit spills to disk. Default with --spill-dir:
     /// half of the machine's memory. Without either, everything stays in RAM.
@@ -99,11 +99,9 @@ struct Outcome {
 }
 
 pub fn run(args: SolveArgs) -> Result<ExitCode> {
-    anyhow::ensure!(
-        args.partitions.is_power_of_two() && args.partitions <= 1 << 16,
-        "--partitions {} must be a power of two up to 65536",
-        args.partitions
-    );
+    if let Some(p) = args.partitions {
+        anyhow::ensure!(p.is_power_of_two() && p <= 1 << 16, "--partitions {p} must be a power of two up to 65536");
+    }
     if let Some(t) = args.timeout {
         anyhow::ensure!(t > 0.0 && t.is_finite(), "--timeout must be a positive number of seconds");
     }
@@ -124,7 +122,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("starting worker threads")?;
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
     let opts = SolveOptions {
-        partitions: args.partitions,
+        partitions: args.partitions.unwrap_or_else(|| sokoshard::solve::default_partitions(threads)),
         // dead squares are the 1-PG's verdict on lone boxes (Heiner's "dead
         // locations"), so `--kpg 0`, no table at all, does without them
         pruning: Pruning { dead_squares: args.kpg != Some(0), freeze: !args.no_freeze },

@@ -338,7 +338,7 @@ fn explore(
     cancel: &AtomicBool,
     progress: &dyn Progress,
 ) -> Result<Option<Vec<u64>>, EngineError> {
-    let partitioner = Partitioner::new(partitions);
+    let partitioner = Partitioner::for_space(partitions, &problem.space);
     let store = MemStore::<u64>::new(partitions);
     let exchange = LocalExchange::<u64>::new(partitions);
     let mut backend = LocalBackend { problem, partitioner, store: &store, exchange: &exchange, cancel };

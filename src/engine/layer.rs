@@ -97,6 +97,10 @@ pub fn expand<K: StateKey>(
 /// Merges the candidates delivered to `partitions` into the next layer of `side`
 /// and checks them against every layer of the other side. The caller seals the
 /// layer once every partition (on every node) has merged.
+///
+/// A partition's candidates stream from the exchange in sorted, unique chunks
+/// (delayed duplicate detection, Korf), each checked against the stored layers and
+/// appended to the new layer, so memory holds a chunk, not the partition.
 pub fn merge<K: StateKey>(
     side: Side,
     partitions: &[usize],
@@ -104,16 +108,31 @@ pub fn merge<K: StateKey>(
     exchange: &dyn Exchange<K>,
     check_other: bool,
 ) -> Result<MergeStats<K>, EngineError> {
+    let chunk_keys = exchange.merge_chunk_keys().max(1);
     let results: Vec<(u64, Option<(K, usize)>)> = partitions
         .par_iter()
         .map(|&p| -> Result<(u64, Option<(K, usize)>), EngineError> {
-            let mut cands = exchange.take(p)?;
-            cands.sort_unstable();
-            cands.dedup();
-            store.retain_unseen(side, p, &mut cands)?;
-            let meeting = if check_other { store.find_any(side.other(), p, &cands)? } else { None };
-            let n = cands.len() as u64;
-            store.push_layer(side, p, cands)?;
+            let mut n = 0u64;
+            let mut meeting = None;
+            let mut started = false;
+            exchange.take_sorted(p, chunk_keys, &mut |mut cands| {
+                store.retain_unseen(side, p, &mut cands)?;
+                // chunks come in increasing order: the first meeting is the smallest
+                if check_other && meeting.is_none() {
+                    meeting = store.find_any(side.other(), p, &cands)?;
+                }
+                n += cands.len() as u64;
+                if started {
+                    store.append_layer(side, p, cands)
+                } else {
+                    started = true;
+                    store.push_layer(side, p, cands)
+                }
+            })?;
+            if !started {
+                store.push_layer(side, p, Vec::new())?;
+            }
+            store.end_layer(side, p)?;
             Ok((n, meeting))
         })
         .collect::<Result<_, _>>()?;

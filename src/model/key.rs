@@ -23,8 +23,10 @@ pub trait StateKey: Copy + Ord + Eq + Hash + Send + Sync + Debug + Default + 'st
     fn limb(&self, i: usize) -> u64;
     /// Builds a key from `LIMBS` little-endian limbs.
     fn from_limbs(limbs: &[u64]) -> Self;
-    /// Hash used to assign the key to a partition (xxh3 of the limbs).
-    fn partition_hash(&self) -> u64;
+    /// Hash used to assign the key to a partition: xxh3 of the key shifted right
+    /// by `shift` bits (rank keys) or of the whole key (bitset keys, which ignore
+    /// `shift`).
+    fn partition_hash(&self, shift: u32) -> u64;
     /// Encodes a state. `boxes` are sorted floor indices.
     fn encode(space: &KeySpace, boxes: &[u16], player: u16) -> Self;
     /// Decodes a state into `boxes` (cleared first, filled sorted); returns the player.
@@ -96,6 +98,15 @@ impl KeySpace {
         Some(KeySpace { floor, boxes, binom, width })
     }
 
+    /// Bits of the largest rank key (`None` for bitset widths).
+    pub fn key_bits(&self) -> Option<u32> {
+        let total = self.c(self.floor, self.boxes).checked_mul(self.floor as u128)?;
+        match self.width {
+            KeyWidth::U64 | KeyWidth::U128 => Some(128 - total.leading_zeros()),
+            _ => None,
+        }
+    }
+
     #[inline]
     fn c(&self, n: usize, k: usize) -> u128 {
         if k > n {
@@ -146,8 +157,8 @@ impl StateKey for u64 {
         limbs[0]
     }
     #[inline]
-    fn partition_hash(&self) -> u64 {
-        xxhash_rust::xxh3::xxh3_64(&self.to_le_bytes())
+    fn partition_hash(&self, shift: u32) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&self.checked_shr(shift).unwrap_or(0).to_le_bytes())
     }
     #[inline]
     fn encode(space: &KeySpace, boxes: &[u16], player: u16) -> Self {
@@ -173,8 +184,8 @@ impl StateKey for u128 {
         limbs[0] as u128 | (limbs[1] as u128) << 64
     }
     #[inline]
-    fn partition_hash(&self) -> u64 {
-        xxhash_rust::xxh3::xxh3_64(&self.to_le_bytes())
+    fn partition_hash(&self, shift: u32) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&self.checked_shr(shift).unwrap_or(0).to_le_bytes())
     }
     #[inline]
     fn encode(space: &KeySpace, boxes: &[u16], player: u16) -> Self {
@@ -224,7 +235,7 @@ impl<const N: usize> StateKey for BitKey<N> {
         BitKey(k)
     }
     #[inline]
-    fn partition_hash(&self) -> u64 {
+    fn partition_hash(&self, _shift: u32) -> u64 {
         let mut bytes = [0u8; 128];
         for i in 0..N {
             bytes[i * 8..i * 8 + 8].copy_from_slice(&self.0[i].to_le_bytes());

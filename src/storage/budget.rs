@@ -12,20 +12,18 @@
 //! | sealed and pending layers, shard indexes  | `B/2`  | [`DiskStore`] writes layers that do not fit |
 //! | successor buffers between the phases      | `B/4`  | [`SpillExchange`] spills sorted runs        |
 //! | expand: per-thread routing buckets        | `B/4`  | the routing batch size                      |
-//! | merge: one partition per thread           | `B/4`  | the partition count                         |
+//! | merge: one chunk per thread                | `B/4`  | the merge chunk ([`MemoryBudget::partition_keys`]) |
 //!
-//! Merging a partition holds its candidates about twice (the taken vector and
-//! the shrunk copy that becomes the layer), so the partition count is chosen so
-//! that `threads` partitions of a layer whose candidates take up to
-//! [`CANDIDATE_RATIO`] times the budget fit in `B/4`:
-//! `P >= 2 * CANDIDATE_RATIO * 4 * threads`, i.e. `32 * threads` (64 on two
-//! cores, the in-memory default). More partitions would cost more than they
-//! save: every layer of every partition is a file, and creating files is what
-//! dominates spilled runs of deep levels (measured: 64 rather than 128
-//! partitions made Microban #139 at a 4 MiB budget 1.5 times faster, and every
-//! level's shards smaller, because hashing spreads a partition's keys over the
-//! whole key space). Levels whose layers outgrow that need `--partitions`
-//! raised by hand; the merge logs a warning when a partition outgrows its share.
+//! A merge streams a partition's candidates from the exchange in sorted chunks
+//! and appends each to the new layer after checking it against the stored ones,
+//! so it holds one chunk (about twice: the chunk and the keys read for it), not
+//! the partition. The partition count is therefore free of the budget: it is
+//! sized for the threads (8 per thread by default, see `solve --partitions`),
+//! and few partitions keep each partition's keys dense on disk (hash
+//! partitioning widens the gaps the shard codec pays for, see
+//! [`Partitioner`](crate::engine::partition::Partitioner)) and the number of
+//! files small (creating a file is what dominated spilled runs of deep levels:
+//! Microban #139 wrote 4,300 layer shards at 64 partitions).
 //!
 //! Not counted: the process itself (code, thread stacks, allocator slack, the
 //! per-level board and rules tables), the fixed overhead documented in README.md.
@@ -33,9 +31,6 @@
 //! [`DiskStore`]: crate::storage::disk::DiskStore
 //! [`SpillExchange`]: crate::storage::spill::SpillExchange
 
-/// Largest ratio of one layer's candidate bytes to the budget that the default
-/// partition count is sized for.
-pub const CANDIDATE_RATIO: u64 = 4;
 /// Routing batch of the in-memory exchange (keys per destination per send).
 pub const MAX_ROUTE_BATCH: usize = crate::engine::partition::DEFAULT_ROUTE_BATCH;
 /// Smallest routing batch: below this the exchange's per-batch bookkeeping
@@ -130,14 +125,14 @@ impl MemoryBudget {
         self.total / 4
     }
 
-    /// The partition count: at least `requested` and at least `32 * threads`
-    /// (see the module comment), a power of two up to 65536.
+    /// The partition count: `requested`, at least one per thread, a power of two
+    /// up to 65536 (see the module comment).
     pub fn partitions(&self, requested: usize) -> usize {
-        let need = (2 * CANDIDATE_RATIO * 4) as usize * self.threads;
-        requested.max(need).next_power_of_two().min(1 << 16)
+        requested.max(self.threads).next_power_of_two().min(1 << 16)
     }
 
-    /// The largest partition (in keys) one merge thread can hold in its share.
+    /// Candidates (in keys) per merge chunk: one chunk per thread, held about
+    /// twice, fits the working share.
     pub fn partition_keys(&self) -> u64 {
         self.working_bytes() / (2 * self.threads as u64 * self.key_bytes as u64)
     }
@@ -176,10 +171,13 @@ mod tests {
         let b = MemoryBudget::new(8 << 20, 2, 8);
         assert_eq!(b.store_bytes() + b.exchange_bytes() + b.working_bytes(), 8 << 20);
         assert_eq!(b.partitions(64), 64);
-        assert_eq!(b.partitions(16), 64);
+        assert_eq!(b.partitions(16), 16);
+        assert_eq!(b.partitions(1), 2);
         assert_eq!(b.partitions(1024), 1024);
         assert_eq!(b.partitions(100), 128);
-        assert_eq!(MemoryBudget::new(1 << 30, 16, 8).partitions(64), 512);
+        assert_eq!(MemoryBudget::new(1 << 30, 16, 8).partitions(8), 16);
+        // two threads, each merging a chunk held twice, fit the working share
+        assert_eq!(b.partition_keys(), (2 << 20) / (2 * 2 * 8));
         assert_eq!(b.route_batch(128), 512);
         assert_eq!(MemoryBudget::new(1000, 2, 8).route_batch(128), MIN_ROUTE_BATCH);
         assert_eq!(MemoryBudget::new(1 << 40, 2, 8).route_batch(128), MAX_ROUTE_BATCH);

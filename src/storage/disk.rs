@@ -1,6 +1,6 @@
 //! The disk-backed partition store: every layer of every partition is a sorted
 //! run of keys that lives in RAM while the partition's share of the memory budget
-//! lasts and as a shard file (`DIR/{f|b}/L{layer}/p{partition}.shard`, the format
+//! lasts and as a shard file (`DIR/{f|b}/p{partition}/L{layer}.shard`, the format
 //! of [`crate::storage::shard`]) beyond it.
 //!
 //! Why per partition: the engine touches a partition from one thread at a time
@@ -182,8 +182,8 @@ impl<K: StateKey> StateKey for TagKey<K> {
         }
         TagKey { key: K::from_limbs(&k[..K::LIMBS]), offset: (at(0) & 0xff) as u8 }
     }
-    fn partition_hash(&self) -> u64 {
-        self.key.partition_hash()
+    fn partition_hash(&self, shift: u32) -> u64 {
+        self.key.partition_hash(shift)
     }
     fn encode(space: &crate::model::key::KeySpace, boxes: &[u16], player: u16) -> Self {
         TagKey { key: K::encode(space, boxes, player), offset: 0 }
@@ -207,7 +207,9 @@ impl FileName {
     }
     fn path(self, dir: &Path, side: Side, p: usize) -> PathBuf {
         let layer = if self.tagged() { format!("L{}-{}", self.first, self.last) } else { format!("L{}", self.first) };
-        dir.join(side_dir(side)).join(layer).join(format!("p{p}.shard"))
+        // one directory per partition: threads merge different partitions, and
+        // creating files in one shared directory serialises them on its lock
+        dir.join(side_dir(side)).join(format!("p{p}")).join(format!("{layer}.shard"))
     }
 }
 
@@ -272,6 +274,9 @@ struct Part<K: StateKey> {
     /// Sorted by `first`, disjoint.
     runs: [Vec<Run<K>>; 2],
     pending: [Option<Run<K>>; 2],
+    /// The shard being written for the pending layer when it did not fit in RAM
+    /// (or the store is durable); finished by `end_layer` or `seal_layer`.
+    writer: [Option<ShardWriter<K>>; 2],
     /// RAM charged to this partition: keys, cached readers, run records.
     mem: u64,
 }
@@ -431,7 +436,7 @@ impl<K: StateKey> DiskStore<K> {
             part_share: opts.memory_bytes / partitions as u64,
             opts,
             parts: (0..partitions)
-                .map(|_| Mutex::new(Part { runs: [Vec::new(), Vec::new()], pending: [None, None], mem: 0 }))
+                .map(|_| Mutex::new(Part { runs: [Vec::new(), Vec::new()], pending: [None, None], writer: [None, None], mem: 0 }))
                 .collect(),
             sealed: [AtomicUsize::new(0), AtomicUsize::new(0)],
             open_readers: AtomicUsize::new(0),
@@ -564,19 +569,55 @@ impl<K: StateKey> DiskStore<K> {
 
     /// Writes one partition's layer as a plain shard file.
     fn write_layer(&self, side: Side, layer: usize, p: usize, keys: &[K]) -> Result<Shard<K>, StorageError> {
-        let file = FileName { first: layer, last: layer };
-        let path = file.path(&self.dir, side, p);
-        Self::ensure_parent(&path)?;
-        let mut w = ShardWriter::<K>::create(&path, Self::meta(side, layer, p))?;
-        if !self.opts.durable {
-            w = w.unsynced();
-        }
+        let mut w = self.start_layer(side, layer, p)?;
         for &k in keys {
             w.push(k)?;
         }
+        self.finish_layer(w, layer)
+    }
+
+    /// Starts the shard file of one partition's layer.
+    fn start_layer(&self, side: Side, layer: usize, p: usize) -> Result<ShardWriter<K>, StorageError> {
+        let path = FileName { first: layer, last: layer }.path(&self.dir, side, p);
+        Self::ensure_parent(&path)?;
+        let w = ShardWriter::<K>::create(&path, Self::meta(side, layer, p))?;
+        Ok(if self.opts.durable { w } else { w.unsynced() })
+    }
+
+    /// Completes a shard started by [`DiskStore::start_layer`].
+    fn finish_layer(&self, w: ShardWriter<K>, layer: usize) -> Result<Shard<K>, StorageError> {
         let info = w.finish()?;
         self.account_written(info.bytes, info.keys);
-        Ok(Shard { file, bytes: info.bytes, reader: None, reader_mem: 0, pooled: false })
+        Ok(Shard { file: FileName { first: layer, last: layer }, bytes: info.bytes, reader: None, reader_mem: 0, pooled: false })
+    }
+
+    /// Whether `bytes` more of a layer fit `part`'s share under the policy
+    /// (evicting older layers first under [`SpillPolicy::KeepNewest`]).
+    fn layer_fits(&self, part: &mut Part<K>, p: usize, bytes: u64) -> Result<bool, StorageError> {
+        Ok(match self.opts.policy {
+            SpillPolicy::AllToDisk => false,
+            SpillPolicy::KeepOldest => part.mem + bytes <= self.part_share,
+            SpillPolicy::KeepNewest => {
+                if bytes <= self.part_share {
+                    self.evict_oldest(part, p, bytes)?;
+                }
+                part.mem + bytes <= self.part_share
+            }
+        })
+    }
+
+    /// Finishes the pending layer's shard of side `s`, if one is being written.
+    fn end_pending(&self, part: &mut Part<K>, s: usize) -> Result<(), StorageError> {
+        if let Some(w) = part.writer[s].take() {
+            let Some(run) = part.pending[s].as_mut() else {
+                return Err(StorageError::Misplaced {
+                    path: self.dir.clone(),
+                    reason: "a layer shard was written with no pending layer".into(),
+                });
+            };
+            run.shard = Some(self.finish_layer(w, run.first)?);
+        }
+        Ok(())
     }
 
     /// Forgets a shard: its reader, its file and its accounting.
@@ -1033,26 +1074,21 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         let bytes = (keys.capacity() * std::mem::size_of::<K>()) as u64;
         let mut g = self.part(partition);
         let part = &mut *g;
+        part.writer[s] = None; // an unfinished writer removes its temporary file
         if let Some(old) = part.pending[s].take() {
             self.discard(side, partition, old, &mut part.mem);
         }
-        if len == 0 && !self.opts.durable {
-            return Ok(()); // an empty layer is the absence of a run
-        }
-        let fits = match self.opts.policy {
-            SpillPolicy::AllToDisk => false,
-            SpillPolicy::KeepOldest => part.mem + RUN_RECORD + bytes <= self.part_share,
-            SpillPolicy::KeepNewest => {
-                if RUN_RECORD + bytes <= self.part_share {
-                    self.evict_oldest(part, partition, RUN_RECORD + bytes)?;
-                }
-                part.mem + RUN_RECORD + bytes <= self.part_share
-            }
-        };
+        // an empty start costs no file: a layer that stays empty has no run
+        let fits = (len == 0 && !self.opts.durable) || self.layer_fits(part, partition, RUN_RECORD + bytes)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let mut run = Run { first: layer, lens: vec![len], keys: None, shard: None, seq, tier: 0 };
         if self.opts.durable || !fits {
-            run.shard = Some(self.write_layer(side, layer, partition, &keys)?);
+            // kept open: a streaming merge may append more of this layer
+            let mut w = self.start_layer(side, layer, partition)?;
+            for &k in &keys {
+                w.push(k)?;
+            }
+            part.writer[s] = Some(w);
         }
         if fits {
             part.mem += bytes;
@@ -1063,11 +1099,81 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         Ok(())
     }
 
+    fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), StorageError> {
+        let s = side.index();
+        let mut g = self.part(partition);
+        let part = &mut *g;
+        if part.pending[s].is_none() {
+            drop(g);
+            return self.push_layer(side, partition, keys);
+        }
+        let extra = (keys.len() * std::mem::size_of::<K>()) as u64;
+        let in_ram = part.pending[s].as_ref().is_some_and(|r| r.keys.is_some());
+        let fits = in_ram && self.layer_fits(part, partition, extra)?;
+        let layer = self.layers(side);
+        let Some(run) = part.pending[s].as_mut() else { return Ok(()) };
+        run.lens[0] += keys.len() as u64;
+        if !fits {
+            if let Some(ram) = run.keys.take() {
+                // the RAM copy goes; what the writer lacks of it is written first
+                if part.writer[s].is_none() {
+                    let mut w = self.start_layer(side, layer, partition)?;
+                    for &k in &ram {
+                        w.push(k)?;
+                    }
+                    part.writer[s] = Some(w);
+                }
+                part.mem = part.mem.saturating_sub((ram.capacity() * std::mem::size_of::<K>()) as u64);
+            }
+        }
+        match part.writer[s].as_mut() {
+            Some(w) => {
+                for &k in &keys {
+                    w.push(k)?;
+                }
+            }
+            None if !fits => {
+                return Err(StorageError::Misplaced {
+                    path: FileName { first: layer, last: layer }.path(&self.dir, side, partition),
+                    reason: "keys appended to a layer that was already ended".into(),
+                })
+            }
+            None => {}
+        }
+        if fits {
+            if let Some(ram) = run.keys.as_mut() {
+                let before = (ram.capacity() * std::mem::size_of::<K>()) as u64;
+                ram.extend_from_slice(&keys);
+                part.mem += (ram.capacity() * std::mem::size_of::<K>()) as u64 - before;
+            }
+        }
+        Ok(())
+    }
+
+    fn end_layer(&self, side: Side, partition: usize) -> Result<(), StorageError> {
+        let mut g = self.part(partition);
+        let part = &mut *g;
+        if let Some(ram) = part.pending[side.index()].as_mut().and_then(|r| r.keys.as_mut()) {
+            let before = (ram.capacity() * std::mem::size_of::<K>()) as u64;
+            ram.shrink_to_fit();
+            part.mem = part.mem.saturating_sub(before - (ram.capacity() * std::mem::size_of::<K>()) as u64);
+        }
+        self.end_pending(part, side.index())
+    }
+
     fn seal_layer(&self, side: Side) -> Result<(), StorageError> {
         let s = side.index();
         let layer = self.layers(side);
         for p in 0..self.parts.len() {
             let mut g = self.part(p);
+            self.end_pending(&mut g, s)?;
+            let part = &mut *g;
+            if !self.opts.durable && part.pending[s].as_ref().is_some_and(|r| r.len() == 0) {
+                // an empty layer is the absence of a run
+                if let Some(run) = part.pending[s].take() {
+                    self.discard(side, p, run, &mut part.mem);
+                }
+            }
             match g.pending[s].take() {
                 Some(run) => g.runs[s].push(run),
                 None if self.opts.durable => {
@@ -1081,9 +1187,10 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             }
         }
         if self.opts.durable {
-            // the new L{layer} entry must reach disk before the manifest names it
-            let ldir = self.dir.join(side_dir(side)).join(format!("L{layer}"));
-            sync_parent_dir(&ldir)?;
+            // the partition directories' entries must reach disk before the
+            // manifest names files in them (the files' own entries are synced
+            // by their writers)
+            sync_parent_dir(&self.dir.join(side_dir(side)).join("p0"))?;
             self.sealed[s].fetch_add(1, Ordering::AcqRel);
             return self.write_manifest();
         }
@@ -1095,6 +1202,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         for p in 0..self.parts.len() {
             let mut g = self.part(p);
             let part = &mut *g;
+            part.writer[side.index()] = None;
             if let Some(run) = part.pending[side.index()].take() {
                 self.discard(side, p, run, &mut part.mem);
             }
@@ -1196,6 +1304,47 @@ mod tests {
         DiskOptions { memory_bytes, policy, ..DiskOptions::default() }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+        /// A layer streamed in chunks (push, appends, end) is the layer pushed
+        /// whole, whatever fits in RAM when.
+        #[test]
+        fn layers_appended_in_chunks_answer_like_whole_layers(
+            layers in layers_strategy(),
+            chunk in 1usize..400,
+            budget in prop_oneof![Just(0u64), 1000u64..20_000, Just(1u64 << 30)],
+            policy in prop_oneof![Just(SpillPolicy::KeepOldest), Just(SpillPolicy::KeepNewest), Just(SpillPolicy::AllToDisk)],
+            durable in any::<bool>(),
+        ) {
+            let parts = Partitioner::new(4);
+            let dir = tempfile::tempdir().unwrap();
+            let mem = MemStore::<u64>::new(4);
+            let disk = DiskStore::<u64>::create(dir.path(), 4, DiskOptions { durable, ..opts(budget, policy) }).unwrap();
+            fill(&mem, &layers, parts);
+            for side in SIDES {
+                for layer in &layers[side.index()] {
+                    for (p, keys) in split(layer, parts).into_iter().enumerate() {
+                        let mut pieces = keys.chunks(chunk);
+                        disk.push_layer(side, p, pieces.next().unwrap_or(&[]).to_vec()).unwrap();
+                        for piece in pieces {
+                            disk.append_layer(side, p, piece.to_vec()).unwrap();
+                        }
+                        disk.end_layer(side, p).unwrap();
+                    }
+                    disk.seal_layer(side).unwrap();
+                }
+            }
+            let probes: Vec<u64> = (0..6000).step_by(7).collect();
+            assert_same(&mem, &disk, parts, &probes);
+            if durable {
+                drop(disk);
+                let reopened = DiskStore::<u64>::open(dir.path(), DiskOptions::default()).unwrap();
+                assert_same(&mem, &reopened, parts, &probes);
+            }
+        }
+    }
+
     #[test]
     fn small_shards_keep_readers_open_when_no_share_is_left() {
         // regression: with a budget too small for any reader, every lookup of a
@@ -1264,7 +1413,8 @@ mod tests {
         store.seal_layer(Side::Forward).unwrap();
         let before = store.bytes();
         store.push_layer(Side::Forward, 0, vec![4, 5]).unwrap();
-        store.push_layer(Side::Forward, 1, vec![7]).unwrap();
+        store.end_layer(Side::Forward, 0).unwrap();
+        store.push_layer(Side::Forward, 1, vec![7]).unwrap(); // still being written
         assert!(shard_path(dir.path(), Side::Forward, 1, 0).exists());
         store.abort_layer(Side::Forward);
         assert!(!shard_path(dir.path(), Side::Forward, 1, 0).exists());
@@ -1291,6 +1441,7 @@ mod tests {
             fill(&store, &layers, parts);
             // an unfinished step: pushed, never sealed
             store.push_layer(Side::Forward, 3, vec![42, 43]).unwrap();
+            store.end_layer(Side::Forward, 3).unwrap();
             assert!(shard_path(dir.path(), Side::Forward, 3, 3).exists());
         }
         // a second create on the same directory is refused
@@ -1462,15 +1613,13 @@ mod tests {
         fill(&disk, &layers, parts);
         assert!(disk.merges() >= 20, "{} merges", disk.merges());
         // 60 layers: 7 merged runs of 8, 3 single layers and the frontier
-        let files = |side: &str| {
-            fs::read_dir(dir.path().join(side)).unwrap().flatten().filter(|e| e.path().join("p0.shard").exists()).count()
-        };
+        let files = |side: &str| fs::read_dir(dir.path().join(side).join("p0")).unwrap().flatten().count();
         assert!(files("f") <= 12 && files("b") <= 12, "{} and {} runs", files("f"), files("b"));
         let probes: Vec<u64> = (0..200_000).step_by(37).collect();
         assert_same(&mem, &disk, parts, &probes);
         assert_eq!(disk.disk_keys(), layers.iter().flatten().map(|l| l.len() as u64).sum::<u64>());
         // a damaged merged run is named like any shard
-        let merged = dir.path().join("f").join("L8-15").join("p1.shard");
+        let merged = dir.path().join("f").join("p1").join("L8-15.shard");
         let mut b = fs::read(&merged).unwrap();
         b[70] ^= 0x22;
         fs::write(&merged, &b).unwrap();
@@ -1492,7 +1641,9 @@ mod tests {
         std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
         store.push_layer(Side::Forward, 0, vec![1, 2, 3]).unwrap();
         let keys: Vec<u64> = (0..100_000).map(|i| i * 7).collect();
-        let e = store.push_layer(Side::Forward, 1, keys).unwrap_err();
+        // the writer reports the full disk when it writes, at the latest when the
+        // partition's layer ends
+        let e = store.push_layer(Side::Forward, 1, keys).and_then(|_| store.end_layer(Side::Forward, 1)).unwrap_err();
         assert!(e.is_disk_full(), "{e}");
         assert_eq!(e.path(), tmp);
         assert!(e.to_string().starts_with(&format!("disk full while writing {}", tmp.display())), "{e}");

@@ -228,6 +228,23 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
         self.part(partition).sides[side.index()].pending = Some(keys);
         Ok(())
     }
+    fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), StorageError> {
+        let mut part = self.part(partition);
+        match &mut part.sides[side.index()].pending {
+            Some(layer) => {
+                debug_assert!(layer.last().is_none_or(|l| keys.first().is_none_or(|f| l < f)));
+                layer.extend_from_slice(&keys);
+            }
+            none => *none = Some(keys),
+        }
+        Ok(())
+    }
+    fn end_layer(&self, side: Side, partition: usize) -> Result<(), StorageError> {
+        if let Some(layer) = &mut self.part(partition).sides[side.index()].pending {
+            layer.shrink_to_fit();
+        }
+        Ok(())
+    }
     fn seal_layer(&self, side: Side) -> Result<(), StorageError> {
         let layer = self.sealed[side.index()].load(Ordering::Acquire);
         for p in 0..self.parts.len() {

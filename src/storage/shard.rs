@@ -1111,6 +1111,12 @@ impl<K: StateKey> ShardReader<K> {
         Ok(())
     }
 
+    /// Each block's first key and key count, in order: where the keys lie,
+    /// without reading the body.
+    pub fn block_starts(&self) -> impl Iterator<Item = (K, u32)> + '_ {
+        self.index.iter().map(|e| (e.first, e.count))
+    }
+
     /// Pulls the keys block by block, for merging shards without holding them.
     /// Each block is hash-checked; the whole-file checksum is not.
     pub fn block_cursor(&self) -> Blocks<'_, K> {

@@ -62,8 +62,8 @@ impl<K: StateKey> StateKey for RunKey<K> {
     fn from_limbs(limbs: &[u64]) -> Self {
         RunKey { partition: limbs[K::LIMBS], key: K::from_limbs(&limbs[..K::LIMBS]) }
     }
-    fn partition_hash(&self) -> u64 {
-        self.key.partition_hash()
+    fn partition_hash(&self, shift: u32) -> u64 {
+        self.key.partition_hash(shift)
     }
     fn encode(space: &KeySpace, boxes: &[u16], player: u16) -> Self {
         RunKey { partition: 0, key: K::encode(space, boxes, player) }
@@ -296,6 +296,127 @@ impl<K: StateKey> SpillExchange<K> {
     }
 }
 
+/// An open run file, read one partition's key range at a time.
+enum RunSource<K: StateKey> {
+    Tagged(ShardReader<RunKey<K>>),
+    Plain(ShardReader<K>),
+}
+
+impl<K: StateKey> RunSource<K> {
+    /// Opens `run` and checks it is the file the exchange wrote.
+    fn open(run: &RunFile, partition: usize) -> Result<Self, StorageError> {
+        let misplaced = |what: String| StorageError::Misplaced { path: run.path.clone(), reason: what };
+        if run.tagged {
+            let r = ShardReader::<RunKey<K>>::open(&run.path)?;
+            let want = ShardMeta { side: RUN_SIDE, partition: u32::MAX, layer: run.seq };
+            if r.meta() != want || r.len() != run.keys {
+                return Err(misplaced(format!("expected run {} with {} keys", run.seq, run.keys)));
+            }
+            Ok(RunSource::Tagged(r))
+        } else {
+            let r = ShardReader::<K>::open(&run.path)?;
+            let want = ShardMeta { side: RUN_SIDE, partition: partition as u32, layer: run.seq };
+            if r.meta() != want || r.len() != run.keys {
+                return Err(misplaced(format!("expected run {} of partition {partition} with {} keys", run.seq, run.keys)));
+            }
+            Ok(RunSource::Plain(r))
+        }
+    }
+
+    /// Where this partition's keys start, block by block (first key, count).
+    fn marks(&self, partition: usize, out: &mut Vec<(K, u64)>) {
+        match self {
+            RunSource::Tagged(r) => {
+                out.extend(r.block_starts().filter(|(k, _)| k.partition == partition as u64).map(|(k, n)| (k.key, n as u64)))
+            }
+            RunSource::Plain(r) => out.extend(r.block_starts().map(|(k, n)| (k, n as u64))),
+        }
+    }
+
+    /// Appends this partition's keys in `lo..hi` (`None`: unbounded) to `out`.
+    fn read_range(&self, partition: usize, lo: Option<K>, hi: Option<K>, out: &mut Vec<K>) -> Result<(), StorageError> {
+        let min = K::from_limbs(&[0; 16][..K::LIMBS]);
+        let max = K::from_limbs(&[u64::MAX; 16][..K::LIMBS]);
+        let (lo, top) = (lo.unwrap_or(min), hi.unwrap_or(max));
+        let below = |k: &K| hi.is_none_or(|h| *k < h);
+        match self {
+            RunSource::Tagged(r) => {
+                let p = partition as u64;
+                r.for_each_in_range(&RunKey { partition: p, key: lo }, &RunKey { partition: p, key: top }, |b| {
+                    out.extend(b.iter().map(|rk| rk.key).filter(below));
+                    Ok(())
+                })
+            }
+            RunSource::Plain(r) => r.for_each_in_range(&lo, &top, |b| {
+                out.extend(b.iter().copied().filter(below));
+                Ok(())
+            }),
+        }
+    }
+}
+
+impl<K: StateKey> SpillExchange<K> {
+    /// The body of [`Exchange::take_sorted`]: `runs` are the partition's run
+    /// files with its key count in each, `batches` its RAM buffers.
+    fn stream_partition(
+        &self,
+        partition: usize,
+        chunk_keys: usize,
+        batches: Vec<Vec<K>>,
+        runs: &[(Arc<RunFile>, u64)],
+        f: &mut dyn FnMut(Vec<K>) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        let ram = sorted_unique(batches);
+        let sources = runs.iter().map(|(r, _)| RunSource::<K>::open(r, partition)).collect::<Result<Vec<_>, _>>()?;
+        // slice bounds: where the keys lie, from the block indexes and the RAM keys
+        let mut marks: Vec<(K, u64)> = Vec::new();
+        for s in &sources {
+            s.marks(partition, &mut marks);
+        }
+        marks.extend(ram.chunks(RUN_BLOCK_KEYS as usize).map(|c| (c[0], c.len() as u64)));
+        marks.sort_unstable_by_key(|m| m.0);
+        let total: u64 = runs.iter().map(|r| r.1).sum::<u64>() + ram.len() as u64;
+        self.largest.fetch_max(total, Ordering::AcqRel);
+        let mut bounds: Vec<K> = Vec::new();
+        let mut acc = 0u64;
+        for &(k, n) in &marks {
+            if acc >= chunk_keys as u64 && bounds.last().is_none_or(|b| *b < k) {
+                bounds.push(k);
+                acc = 0;
+            }
+            acc += n;
+        }
+        let mut read = vec![0u64; sources.len()];
+        let mut lo: Option<K> = None;
+        for hi in bounds.iter().copied().map(Some).chain(std::iter::once(None)) {
+            let mut chunk = Vec::new();
+            for (i, s) in sources.iter().enumerate() {
+                let before = chunk.len();
+                s.read_range(partition, lo, hi, &mut chunk)?;
+                read[i] += (chunk.len() - before) as u64;
+            }
+            let from = lo.map_or(0, |l| ram.partition_point(|k| *k < l));
+            let to = hi.map_or(ram.len(), |h| ram.partition_point(|k| *k < h));
+            chunk.extend_from_slice(&ram[from..to]);
+            chunk.sort_unstable();
+            chunk.dedup();
+            if !chunk.is_empty() {
+                f(chunk)?;
+            }
+            lo = hi;
+        }
+        for ((run, n), got) in runs.iter().zip(read) {
+            if got != *n {
+                return Err(StorageError::Misplaced {
+                    path: run.path.clone(),
+                    reason: format!("partition {partition} has {got} keys in it, {n} were written"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 fn read_run<K: StateKey>(run: &RunFile, partition: usize, out: &mut Vec<K>) -> Result<(), StorageError> {
     let misplaced = |what: String| StorageError::Misplaced { path: run.path.clone(), reason: what };
     if run.tagged {
@@ -380,6 +501,34 @@ impl<K: StateKey> Exchange<K> for SpillExchange<K> {
             );
         }
         result.map(|_| out)
+    }
+
+    /// Streams the partition in key slices sized from the runs' block indexes,
+    /// so the merge holds one slice (about `chunk_keys`, give or take a block
+    /// per run) instead of the whole partition: each slice gathers its keys from
+    /// every run (reading only the blocks that hold them) and from the sorted RAM
+    /// buffers, then sorts and deduplicates them.
+    fn take_sorted(
+        &self,
+        partition: usize,
+        chunk_keys: usize,
+        f: &mut dyn FnMut(Vec<K>) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        let (batches, bytes, runs) = {
+            let mut g = self.part(partition);
+            self.sizes[partition].store(0, Ordering::Release);
+            (std::mem::take(&mut g.batches), std::mem::replace(&mut g.bytes, 0), std::mem::take(&mut g.runs))
+        };
+        let result = self.stream_partition(partition, chunk_keys.max(1), batches, &runs, f);
+        for (run, _) in &runs {
+            self.release(run);
+        }
+        self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+        result
+    }
+
+    fn merge_chunk_keys(&self) -> usize {
+        usize::try_from(self.warn_keys).unwrap_or(usize::MAX)
     }
 
     fn clear(&self) {
@@ -526,6 +675,57 @@ mod tests {
         // the exchange is reusable for the next layer
         send_all(&x, 8, 10_000, |i| i * 3);
         check_takes(&x, 8, 10_000, |i| i * 3);
+    }
+
+    /// What [`Exchange::take_sorted`] hands over, checked: increasing, unique,
+    /// chunks near `chunk` keys; returns the keys.
+    fn take_chunks<K: StateKey>(x: &SpillExchange<K>, p: usize, chunk: usize, slack: usize) -> Vec<K> {
+        let mut all: Vec<K> = Vec::new();
+        x.take_sorted(p, chunk, &mut |c| {
+            assert!(!c.is_empty());
+            assert!(c.windows(2).all(|w| w[0] < w[1]), "a chunk is sorted and unique");
+            assert!(all.last().is_none_or(|l| *l < c[0]), "chunks come in increasing order");
+            assert!(c.len() <= chunk + slack, "chunk of {} keys, asked for {chunk}", c.len());
+            all.extend(c);
+            Ok(())
+        })
+        .unwrap();
+        all
+    }
+
+    #[test]
+    fn merge_streams_a_partition_in_bounded_chunks() {
+        // regression: a merge held a partition's candidates whole, so a partition
+        // beyond its share broke the budget (Microban #144 at 8 MiB: 2.3 times)
+        let dir = tempfile::tempdir().unwrap();
+        for (share, chunk) in [(16 * 1024, 500usize), (16 * 1024, 1), (1 << 30, 700)] {
+            let x = exchange::<u64>(dir.path(), 4, share);
+            let key = |i: u64| (i / 2).wrapping_mul(0x9e37_79b9) % 1_000_000;
+            send_all(&x, 4, 40_000, key);
+            let runs = x.runs_written() as usize;
+            // a slice may overshoot by a block per run and per RAM block
+            let slack = (runs + 1) * RUN_BLOCK_KEYS as usize;
+            for p in 0..4 {
+                let got = take_chunks(&x, p, chunk, slack);
+                let want: Vec<u64> = (p as u64..40_000).step_by(4).map(key).collect::<BTreeSet<_>>().into_iter().collect();
+                assert_eq!(got, want, "partition {p}, share {share}");
+            }
+            assert_eq!(x.buffered_bytes(), 0);
+            assert_eq!(x.run_bytes(), 0);
+            assert_eq!(files(dir.path()), 0);
+        }
+        // wide keys (one plain run per partition) stream too
+        let x = exchange::<BitKey<16>>(dir.path(), 2, 8 * 1024);
+        let key = |i: u64| {
+            let mut l = [0u64; 16];
+            l[0] = i;
+            BitKey::<16>::from_limbs(&l)
+        };
+        send_all(&x, 2, 3000, key);
+        for p in 0..2 {
+            let got = take_chunks(&x, p, 100, 64 * RUN_BLOCK_KEYS as usize);
+            assert_eq!(got, (p as u64..3000).step_by(2).map(key).collect::<Vec<_>>());
+        }
     }
 
     #[test]

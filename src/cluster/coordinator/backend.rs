@@ -263,7 +263,7 @@ fn tables_for(
         let phase = Phase { name: format!("k{k}-{}", side.name()), boxes: k as u32, tables: Arc::new(bytes) };
         tracing::info!(job = id, k, side = side.name(), "k-game on the cluster");
         let r = (|| -> Result<Option<Vec<u64>>, ClusterError> {
-            let mut b = ClusterBackend::<u64>::new(sh.clone(), id, rt.clone(), stop, phase)?;
+            let mut b = ClusterBackend::<u64>::new(sh.clone(), id, rt.clone(), stop, phase, &problem.space)?;
             let limits = Limits { cancel: stop, max_states: None };
             let end = exhaust(&mut b, side, seeds, &limits, &NoProgress).map_err(|e| b.take_error(e))?.0;
             if matches!(end, SearchEnd::Cancelled) {
@@ -324,7 +324,7 @@ fn run_typed<K: StateKey>(
     }
     let no_freeze = rec.options.no_freeze;
     let problem = Problem::<K>::full(board.clone(), Pruning { dead_squares: true, freeze: !no_freeze }, None);
-    let mut backend = ClusterBackend::<K>::new(sh.clone(), id, rt.clone(), stop, Phase::main(tables.clone()))?;
+    let mut backend = ClusterBackend::<K>::new(sh.clone(), id, rt.clone(), stop, Phase::main(tables.clone()), &problem.space)?;
     let end = if let Some((key, forward, backward)) = &rec.meeting {
         // the sides met before a coordinator restart: only the path is left to do
         let k = keys_from_bytes::<K>(key)?;
@@ -416,9 +416,17 @@ pub struct ClusterBackend<'a, K: StateKey> {
 }
 
 impl<'a, K: StateKey> ClusterBackend<'a, K> {
-    fn new(sh: Arc<Shared>, id: u64, rt: Handle, stop: &'a AtomicBool, phase: Phase) -> Result<Self, ClusterError> {
+    fn new(
+        sh: Arc<Shared>,
+        id: u64,
+        rt: Handle,
+        stop: &'a AtomicBool,
+        phase: Phase,
+        space: &crate::model::key::KeySpace,
+    ) -> Result<Self, ClusterError> {
         let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
-        let partitioner = Partitioner::new(rec.options.partitions as usize);
+        // the workers derive the same partitioner from the same key space
+        let partitioner = Partitioner::for_space(rec.options.partitions as usize, space);
         let layers = if phase.is_main() { rec.layers.clone() } else { [Vec::new(), Vec::new()] };
         let mut b = ClusterBackend {
             sh,

@@ -191,7 +191,7 @@ fn manifest_path(dir: &Path) -> PathBuf {
 impl<K: StateKey> TypedJob<K> {
     fn open(spec: JobSpec, problem: Problem<K>) -> Result<Self, ClusterError> {
         let parts = spec.table.owners.len();
-        let partitioner = Partitioner::new(parts);
+        let partitioner = Partitioner::for_space(parts, &problem.space);
         let mine: Vec<usize> = (0..parts).filter(|&p| spec.table.owners[p] == spec.me).collect();
         let dir = spec.dir.clone();
         if spec.want == [0, 0] && dir.exists() {
