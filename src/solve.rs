@@ -71,11 +71,14 @@ pub struct SolveOptions {
     pub spill_policy: SpillPolicy,
 }
 
-/// Partitions for `threads` worker threads when none are asked for: 8 per
-/// thread balances the threads (a partition is the unit of work) while keeping
-/// each partition's keys dense (see [`Partitioner`]).
+/// Partitions for `threads` worker threads when none are asked for: 4 per
+/// thread balances the threads (a partition is the unit of work; the largest
+/// partition of a layer is about 1.2 times the mean) while keeping each
+/// partition's keys dense on disk and its files few (see [`Partitioner`]).
+/// Measured on two cores: 8 partitions rather than 16 made no in-memory run
+/// slower and spilled Microban #139 at 0.82 MiB 15% faster.
 pub fn default_partitions(threads: usize) -> usize {
-    (8 * threads.max(1)).next_power_of_two().min(1 << 16)
+    (4 * threads.max(1)).next_power_of_two().min(1 << 16)
 }
 
 impl Default for SolveOptions {

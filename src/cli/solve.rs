@@ -40,7 +40,7 @@ pub struct SolveArgs {
     /// Stop a level (status `limit`) once this many states are stored.
     #[arg(long)]
     pub max_states: Option<u64>,
-    /// Number of state partitions (a power of two; default 8 per thread). Fewer
+    /// Number of state partitions (a power of two; default 4 per thread). Fewer
     /// partitions keep spilled shards denser and fewer; more balance threads.
     #[arg(long)]
     pub partitions: Option<usize>,

@@ -18,7 +18,7 @@
 //! and appends each to the new layer after checking it against the stored ones,
 //! so it holds one chunk (about twice: the chunk and the keys read for it), not
 //! the partition. The partition count is therefore free of the budget: it is
-//! sized for the threads (8 per thread by default, see `solve --partitions`),
+//! sized for the threads (4 per thread by default, see `solve --partitions`),
 //! and few partitions keep each partition's keys dense on disk (hash
 //! partitioning widens the gaps the shard codec pays for, see
 //! [`Partitioner`](crate::engine::partition::Partitioner)) and the number of
