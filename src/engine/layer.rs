@@ -114,7 +114,7 @@ pub fn merge<K: StateKey>(
         .map(|&p| -> Result<(u64, Option<(K, usize)>), EngineError> {
             let mut n = 0u64;
             let mut meeting = None;
-            let mut started = false;
+            store.push_layer(side, p, Vec::new())?;
             exchange.take_sorted(p, chunk_keys, &mut |mut cands| {
                 store.retain_unseen(side, p, &mut cands)?;
                 // chunks come in increasing order: the first meeting is the smallest
@@ -122,16 +122,8 @@ pub fn merge<K: StateKey>(
                     meeting = store.find_any(side.other(), p, &cands)?;
                 }
                 n += cands.len() as u64;
-                if started {
-                    store.append_layer(side, p, cands)
-                } else {
-                    started = true;
-                    store.push_layer(side, p, cands)
-                }
+                store.append_layer(side, p, cands)
             })?;
-            if !started {
-                store.push_layer(side, p, Vec::new())?;
-            }
             store.end_layer(side, p)?;
             Ok((n, meeting))
         })

@@ -229,6 +229,11 @@ impl<K: StateKey> Reader<K> {
     }
 }
 
+/// Counts one more on `counter` if it is below `limit`; whether it did.
+fn take_below(counter: &AtomicUsize, limit: usize) -> bool {
+    counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1)).is_ok()
+}
+
 /// A run's shard file.
 struct Shard<K: StateKey> {
     file: FileName,
@@ -658,11 +663,7 @@ impl<K: StateKey> DiskStore<K> {
             }
             return;
         }
-        let took = self
-            .open_readers
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.opts.max_open_shards).then_some(n + 1))
-            .is_ok();
-        if took {
+        if take_below(&self.open_readers, self.opts.max_open_shards) {
             *mem += cost;
             shard.reader_mem = cost;
             shard.reader = Some(Box::new(r));
@@ -671,17 +672,10 @@ impl<K: StateKey> DiskStore<K> {
 
     /// Reserves a small-reader pool slot and a descriptor.
     fn take_small_reader(&self) -> bool {
-        let slot = self
-            .small_readers
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < SMALL_READERS).then_some(n + 1))
-            .is_ok();
-        if !slot {
+        if !take_below(&self.small_readers, SMALL_READERS) {
             return false;
         }
-        let fd = self
-            .open_readers
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.opts.max_open_shards).then_some(n + 1))
-            .is_ok();
+        let fd = take_below(&self.open_readers, self.opts.max_open_shards);
         if !fd {
             self.small_readers.fetch_sub(1, Ordering::AcqRel);
         }

@@ -8,10 +8,10 @@
 //! spiller empties every partition's buffer into a single *run*: each partition's
 //! keys sorted and deduplicated, tagged with the partition ([`RunKey`], ordered
 //! partition first) and written as one shard file (meta side [`RUN_SIDE`], layer
-//! = run number). [`Exchange::take`] then reads partition `p`'s range of every
-//! run through the block index and the run file goes when the last partition in
-//! it has been taken. Duplicate detection stays delayed (Korf) and one partition
-//! at a time is in memory, which is why the budget fixes the partition count.
+//! = run number). [`Exchange::take_sorted`] then streams partition `p` in key
+//! slices, each read from every run through the block index, and the run file
+//! goes when the last partition in it has been taken. Duplicate detection stays
+//! delayed (Korf) and a merge holds one slice, not the partition.
 //!
 //! Why one file per spill rather than one per partition: creating a file costs
 //! about 100 microseconds on ext4 once many have been deleted, and per-partition
@@ -26,7 +26,7 @@ use crate::storage::shard::{ShardMeta, ShardReader, ShardWriter};
 use crate::storage::StorageError;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `ShardMeta::side` of exchange runs (0 and 1 are the search sides).
@@ -111,9 +111,8 @@ pub struct SpillExchange<K: StateKey> {
     run_bytes: AtomicU64,
     spilled_keys: AtomicU64,
     runs_written: AtomicU64,
-    /// Candidates of one partition above this many keys get a warning.
-    warn_keys: u64,
-    warned: AtomicBool,
+    /// Keys per merge chunk ([`Exchange::merge_chunk_keys`]).
+    chunk_keys: u64,
     /// Most candidates one partition took.
     largest: AtomicU64,
 }
@@ -136,14 +135,13 @@ fn sorted_unique<K: StateKey>(batches: Vec<Vec<K>>) -> Vec<K> {
 impl<K: StateKey> SpillExchange<K> {
     /// An exchange for `partitions` partitions writing runs under `dir` (created).
     /// `share` is the RAM for buffered keys, `batch` the routing batch the expand
-    /// phase should use, `warn_keys` the partition size that no longer fits the
-    /// merge's share.
+    /// phase should use, `chunk_keys` the keys per chunk a merge should take.
     pub fn create(
         dir: &Path,
         partitions: usize,
         share: u64,
         batch: usize,
-        warn_keys: u64,
+        chunk_keys: u64,
         usage: Arc<DiskUsage>,
     ) -> Result<Self, StorageError> {
         fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, "creating directory", e))?;
@@ -160,8 +158,7 @@ impl<K: StateKey> SpillExchange<K> {
             run_bytes: AtomicU64::new(0),
             spilled_keys: AtomicU64::new(0),
             runs_written: AtomicU64::new(0),
-            warn_keys,
-            warned: AtomicBool::new(false),
+            chunk_keys,
             largest: AtomicU64::new(0),
         })
     }
@@ -175,8 +172,8 @@ impl<K: StateKey> SpillExchange<K> {
         self.spilled_keys.load(Ordering::Acquire)
     }
 
-    /// Most candidates (duplicates included) one partition took at once: what
-    /// the merge held, to compare with the share behind `warn_keys`.
+    /// Most candidates (duplicates included) one partition had in one layer;
+    /// the merge streamed them in chunks of `chunk_keys`.
     pub fn largest_take(&self) -> u64 {
         self.largest.load(Ordering::Acquire)
     }
@@ -417,33 +414,6 @@ impl<K: StateKey> SpillExchange<K> {
     }
 }
 
-fn read_run<K: StateKey>(run: &RunFile, partition: usize, out: &mut Vec<K>) -> Result<(), StorageError> {
-    let misplaced = |what: String| StorageError::Misplaced { path: run.path.clone(), reason: what };
-    if run.tagged {
-        let r = ShardReader::<RunKey<K>>::open(&run.path)?;
-        let want = ShardMeta { side: RUN_SIDE, partition: u32::MAX, layer: run.seq };
-        if r.meta() != want || r.len() != run.keys {
-            return Err(misplaced(format!("expected run {} with {} keys", run.seq, run.keys)));
-        }
-        let lo = RunKey { partition: partition as u64, key: K::from_limbs(&vec![0; K::LIMBS]) };
-        let hi = RunKey { partition: partition as u64, key: K::from_limbs(&vec![u64::MAX; K::LIMBS]) };
-        r.for_each_in_range(&lo, &hi, |b| {
-            out.extend(b.iter().map(|rk| rk.key));
-            Ok(())
-        })
-    } else {
-        let r = ShardReader::<K>::open(&run.path)?;
-        let want = ShardMeta { side: RUN_SIDE, partition: partition as u32, layer: run.seq };
-        if r.meta() != want || r.len() != run.keys {
-            return Err(misplaced(format!("expected run {} of partition {partition} with {} keys", run.seq, run.keys)));
-        }
-        r.for_each_block(|b| {
-            out.extend_from_slice(b);
-            Ok(())
-        })
-    }
-}
-
 impl<K: StateKey> Exchange<K> for SpillExchange<K> {
     fn send(&self, partition: usize, batch: Vec<K>) -> Result<(), StorageError> {
         if batch.is_empty() {
@@ -465,42 +435,12 @@ impl<K: StateKey> Exchange<K> for SpillExchange<K> {
     }
 
     fn take(&self, partition: usize) -> Result<Vec<K>, StorageError> {
-        let (batches, bytes, runs) = {
-            let mut g = self.part(partition);
-            self.sizes[partition].store(0, Ordering::Release);
-            (std::mem::take(&mut g.batches), std::mem::replace(&mut g.bytes, 0), std::mem::take(&mut g.runs))
-        };
-        // sized exactly: growing by doubling would hold up to twice the partition
-        let total = batches.iter().map(|b| b.len() as u64).sum::<u64>() + runs.iter().map(|r| r.1).sum::<u64>();
-        let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
-        let mut result = Ok(());
-        for (run, n) in &runs {
-            if result.is_ok() {
-                let before = out.len() as u64;
-                result = read_run(run, partition, &mut out);
-                if result.is_ok() && out.len() as u64 - before != *n {
-                    result = Err(StorageError::Misplaced {
-                        path: run.path.clone(),
-                        reason: format!("partition {partition} has {} keys in it, {n} were written", out.len() as u64 - before),
-                    });
-                }
-            }
-            self.release(run);
-        }
-        for b in batches {
-            out.extend_from_slice(&b);
-        }
-        self.buffered.fetch_sub(bytes, Ordering::AcqRel);
-        self.largest.fetch_max(out.len() as u64, Ordering::AcqRel);
-        if out.len() as u64 > self.warn_keys && !self.warned.swap(true, Ordering::AcqRel) {
-            tracing::warn!(
-                partition,
-                keys = out.len(),
-                limit = self.warn_keys,
-                "a partition's candidates exceed the merge's memory share; raise --partitions to stay within --mem"
-            );
-        }
-        result.map(|_| out)
+        let mut out = Vec::new();
+        self.take_sorted(partition, usize::MAX, &mut |chunk| {
+            out.extend_from_slice(&chunk);
+            Ok(())
+        })?;
+        Ok(out)
     }
 
     /// Streams the partition in key slices sized from the runs' block indexes,
@@ -528,7 +468,7 @@ impl<K: StateKey> Exchange<K> for SpillExchange<K> {
     }
 
     fn merge_chunk_keys(&self) -> usize {
-        usize::try_from(self.warn_keys).unwrap_or(usize::MAX)
+        usize::try_from(self.chunk_keys).unwrap_or(usize::MAX)
     }
 
     fn clear(&self) {
