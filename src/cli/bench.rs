@@ -66,6 +66,11 @@ pub struct KpgArgs {
     /// timeout (seconds) at each k and count the levels solved.
     #[arg(long, value_name = "SECONDS")]
     pub solved_within: Option<f64>,
+    /// Turn off freeze-deadlock pruning in every column, to measure what the
+    /// tables prune on their own (freeze pruning catches many of the same
+    /// deadlocks, so with it on the tables' share is smaller).
+    #[arg(long)]
+    pub no_freeze: bool,
 }
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
@@ -138,9 +143,14 @@ fn engine(args: BenchArgs) -> Result<ExitCode> {
 /// The table configurations `bench kpg` compares: no table at all (`--kpg 0`),
 /// dead squares only (the player-free 1-PG verdict, the solver's default), then
 /// full k-PG tables for k = 1..max_k.
-fn kpg_columns(max_k: usize) -> Vec<(String, Vec<String>)> {
+fn kpg_columns(max_k: usize, no_freeze: bool) -> Vec<(String, Vec<String>)> {
     let mut cols = vec![("k=0".to_string(), vec!["--kpg".to_string(), "0".to_string()]), ("dead squares".to_string(), vec![])];
     cols.extend((1..=max_k).map(|k| (format!("k={k}"), vec!["--kpg".to_string(), k.to_string()])));
+    if no_freeze {
+        for (_, c) in &mut cols {
+            c.push("--no-freeze".to_string());
+        }
+    }
     cols
 }
 
@@ -149,7 +159,7 @@ fn as_strs(v: &[String]) -> Vec<&str> {
 }
 
 fn kpg(args: KpgArgs) -> Result<ExitCode> {
-    let cols = kpg_columns(args.max_k);
+    let cols = kpg_columns(args.max_k, args.no_freeze);
     if let Some(secs) = args.solved_within {
         return kpg_solved_within(&args.common.file, &cols, secs);
     }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 #[derive(clap::Subcommand)]
 pub enum DeadlocksCommand {
     /// Build k-PG deadlock tables for one level and save them.
-    Build(BuildArgs),
+    Build(Box<BuildArgs>),
     /// Counts per k and a few patterns drawn as boards.
     Show(ShowArgs),
 }
@@ -61,7 +61,7 @@ pub struct ShowArgs {
 
 pub fn run(cmd: DeadlocksCommand) -> Result<ExitCode> {
     match cmd {
-        DeadlocksCommand::Build(a) => build(a),
+        DeadlocksCommand::Build(a) => build(*a),
         DeadlocksCommand::Show(a) => show(a),
     }
 }

@@ -72,6 +72,12 @@ impl KeyWidth {
 /// floor square plus a 10-bit player index.
 pub const MAX_FLOOR_SQUARES: usize = 1014;
 
+/// Number of rank keys, `C(floor, boxes) * floor` (`None` past `u128`): it
+/// picks the key width and the bits a rank key needs.
+fn key_count(binom: &[u128], floor: usize, boxes: usize) -> Option<u128> {
+    binom[floor * (boxes + 1) + boxes].checked_mul(floor as u128)
+}
+
 impl KeySpace {
     /// Builds the key space, or `None` when the level exceeds [`MAX_FLOOR_SQUARES`].
     pub fn new(floor: usize, boxes: usize) -> Option<KeySpace> {
@@ -88,8 +94,7 @@ impl KeySpace {
                 binom[i * cols + j] = a.saturating_add(b);
             }
         }
-        let total = binom[floor * cols + boxes].checked_mul(floor as u128);
-        let width = match total {
+        let width = match key_count(&binom, floor, boxes) {
             Some(t) if t <= u64::MAX as u128 => KeyWidth::U64,
             Some(_) => KeyWidth::U128,
             None if floor + 10 <= 256 => KeyWidth::Bits256,
@@ -100,7 +105,7 @@ impl KeySpace {
 
     /// Bits of the largest rank key (`None` for bitset widths).
     pub fn key_bits(&self) -> Option<u32> {
-        let total = self.c(self.floor, self.boxes).checked_mul(self.floor as u128)?;
+        let total = key_count(&self.binom, self.floor, self.boxes)?;
         match self.width {
             KeyWidth::U64 | KeyWidth::U128 => Some(128 - total.leading_zeros()),
             _ => None,
