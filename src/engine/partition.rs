@@ -219,45 +219,42 @@ impl<K: StateKey> Exchange<K> for LocalExchange<K> {
     }
 }
 
-/// Removes from sorted `cands` every key present in sorted `layer`, choosing binary
-/// search or a linear merge by relative size.
+/// Removes from sorted `cands` every key present in sorted `layer`.
 pub fn subtract_sorted<K: Ord + Copy>(cands: &mut Vec<K>, layer: &[K]) {
-    if cands.is_empty() || layer.is_empty() {
-        return;
-    }
-    let log = usize::BITS - layer.len().leading_zeros();
-    if cands.len() * (log as usize) < layer.len() {
-        cands.retain(|k| layer.binary_search(k).is_err());
-    } else {
-        let mut j = 0;
-        cands.retain(|k| {
-            while j < layer.len() && layer[j] < *k {
-                j += 1;
-            }
-            !(j < layer.len() && layer[j] == *k)
-        });
-    }
+    let mut j = 0;
+    cands.retain(|k| {
+        j = gallop(layer, j, k);
+        !(j < layer.len() && layer[j] == *k)
+    });
 }
 
 /// The first key of sorted `keys` that is in sorted `layer`.
 pub fn first_common<K: Ord + Copy>(keys: &[K], layer: &[K]) -> Option<K> {
-    if keys.is_empty() || layer.is_empty() {
-        return None;
+    let mut j = 0;
+    keys.iter().copied().find(|k| {
+        j = gallop(layer, j, k);
+        j < layer.len() && layer[j] == *k
+    })
+}
+
+/// The first index `i >= from` of sorted `keys` with `keys[i] >= target`
+/// (`keys.len()` if none), found by galloping from `from`: O(log gap) probes,
+/// so a run of ascending queries costs what a merge costs when they are dense
+/// and what binary searches cost when they are sparse, never more than either.
+#[inline]
+pub fn gallop<K: Ord>(keys: &[K], from: usize, target: &K) -> usize {
+    let n = keys.len();
+    if from >= n || keys[from] >= *target {
+        return from;
     }
-    let log = usize::BITS - layer.len().leading_zeros();
-    if keys.len() * (log as usize) < layer.len() {
-        keys.iter().copied().find(|k| layer.binary_search(k).is_ok())
-    } else {
-        let (mut i, mut j) = (0, 0);
-        while i < keys.len() && j < layer.len() {
-            match keys[i].cmp(&layer[j]) {
-                std::cmp::Ordering::Less => i += 1,
-                std::cmp::Ordering::Greater => j += 1,
-                std::cmp::Ordering::Equal => return Some(keys[i]),
-            }
-        }
-        None
+    // keys[lo] < target throughout
+    let (mut lo, mut step) = (from, 1);
+    while lo + step < n && keys[lo + step] < *target {
+        lo += step;
+        step *= 2;
     }
+    let hi = (lo + step).min(n);
+    lo + 1 + keys[lo + 1..hi].partition_point(|k| k < target)
 }
 
 #[cfg(test)]
@@ -266,6 +263,14 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #[test]
+        fn gallop_finds_the_lower_bound(mut keys in proptest::collection::vec(0u64..300, 0..200), from in 0usize..220, target in 0u64..310) {
+            keys.sort_unstable();
+            let from = from.min(keys.len());
+            let want = from + keys[from..].partition_point(|k| *k < target);
+            prop_assert_eq!(gallop(&keys, from, &target), want);
+        }
+
         #[test]
         fn subtract_and_common_agree_with_sets(mut a in proptest::collection::vec(0u64..500, 0..200), mut b in proptest::collection::vec(0u64..500, 0..400)) {
             a.sort_unstable(); a.dedup(); b.sort_unstable(); b.dedup();

@@ -6,7 +6,7 @@
 //! of layers), at a cost of one byte per state beyond the key (9 bytes per state
 //! with `u64` keys).
 
-use crate::engine::partition::{first_common, subtract_sorted, PartitionStore, StoreBytes};
+use crate::engine::partition::{first_common, gallop, subtract_sorted, PartitionStore, StoreBytes};
 use crate::engine::Side;
 use crate::model::key::StateKey;
 use crate::storage::StorageError;
@@ -194,25 +194,11 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
                     best = Some((k, layer));
                 }
             };
-            let log = usize::BITS - run.keys.len().leading_zeros();
-            if keys.len() * (log as usize) < run.keys.len() {
-                for k in keys {
-                    if let Ok(j) = run.keys.binary_search(k) {
-                        consider(*k, j);
-                    }
-                }
-            } else {
-                let (mut i, mut j) = (0, 0);
-                while i < keys.len() && j < run.keys.len() {
-                    match keys[i].cmp(&run.keys[j]) {
-                        std::cmp::Ordering::Less => i += 1,
-                        std::cmp::Ordering::Greater => j += 1,
-                        std::cmp::Ordering::Equal => {
-                            consider(keys[i], j);
-                            i += 1;
-                            j += 1;
-                        }
-                    }
+            let mut j = 0;
+            for k in keys {
+                j = gallop(&run.keys, j, k);
+                if run.keys.get(j) == Some(k) {
+                    consider(*k, j);
                 }
             }
         }

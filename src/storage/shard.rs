@@ -58,6 +58,7 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::error::StorageError;
+use crate::engine::partition::gallop;
 use crate::model::key::StateKey;
 
 const MAGIC: [u8; 8] = *b"SKSHARD\0";
@@ -1042,7 +1043,7 @@ impl<K: StateKey> ShardReader<K> {
                 loaded = Some(b);
                 pos = 0;
             }
-            pos += keys[pos..].partition_point(|k| k < q);
+            pos = gallop(&keys, pos, q);
             out.push(keys.get(pos) == Some(q));
         }
         Ok(out)
@@ -1102,7 +1103,7 @@ impl<K: StateKey> ShardReader<K> {
                 loaded = Some(b);
                 pos = 0;
             }
-            pos += keys[pos..].partition_point(|k| *k < lo);
+            pos = gallop(&keys, pos, &lo);
             let first = keys.get(pos).copied().or_else(|| self.index.get(b + 1).map(|e| e.first));
             if let Some(k) = first.filter(|k| *k <= hi) {
                 found(i, k);
