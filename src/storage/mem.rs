@@ -217,6 +217,9 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
     fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), StorageError> {
         let mut part = self.part(partition);
         match &mut part.sides[side.index()].pending {
+            // a layer's first chunk moves in: copying it would hold the
+            // partition's layer twice
+            Some(layer) if layer.is_empty() => *layer = keys,
             Some(layer) => {
                 debug_assert!(layer.last().is_none_or(|l| keys.first().is_none_or(|f| l < f)));
                 layer.extend_from_slice(&keys);
