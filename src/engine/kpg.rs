@@ -19,8 +19,10 @@
 //! pattern proves the full state dead. Symmetrically for backward patterns: the
 //! projection of a forward-reachable full state is forward-reachable in the k-game.
 //! When a box set appears in no (forward and backward) reachable k-state at all,
-//! the pattern holds for every player region ("any player") and no flood is needed;
-//! otherwise the check computes `norm_S(p)` exactly and looks it up.
+//! the pattern holds for every player region ("any player"); otherwise the set
+//! holds, per pattern, the union of its dead regions on the k-box board as a
+//! square bitset, and `p` lies in that union exactly when `norm_S(p)` is one of
+//! the dead normalized squares (regions are disjoint). One bit test, no flood.
 
 use super::partition::{LocalExchange, PartitionStore, Partitioner};
 use super::search::{exhaust, Limits, LocalBackend, Progress, SearchEnd};
@@ -46,10 +48,17 @@ pub enum DeadPlayers {
 }
 
 /// Patterns of one k and one side.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct PatternSet {
     /// Packed sorted box squares -> dead player regions.
     pub map: FxHashMap<u64, DeadPlayers>,
+    /// What the check reads, derived from `map` and the board by
+    /// [`PatternSet::index_players`]: packed box squares -> [`ANY_PLAYER`], or
+    /// the offset in `dead_squares` of a bitset (`row` words) of every square
+    /// whose region, with only the pattern's boxes placed, is dead. A check is
+    /// then one bit test, not a flood of the k-box board.
+    lookup: FxHashMap<u64, u32>,
+    dead_squares: Vec<u64>,
     /// Squares that appear in any pattern (the cheap first filter).
     pub squares: Vec<bool>,
     /// `pairs[a * row + b / 64]` bit `b % 64`: squares `a` and `b` appear together
@@ -61,7 +70,63 @@ pub struct PatternSet {
 impl PatternSet {
     pub fn new(floor: usize) -> Self {
         let row = floor.div_ceil(64);
-        PatternSet { map: FxHashMap::default(), squares: vec![false; floor], pairs: vec![0; row * floor], row }
+        PatternSet {
+            map: FxHashMap::default(),
+            lookup: FxHashMap::default(),
+            dead_squares: Vec::new(),
+            squares: vec![false; floor],
+            pairs: vec![0; row * floor],
+            row,
+        }
+    }
+
+    /// Derives the check's lookup from `map`: for a player-dependent pattern,
+    /// the union of its dead regions as a square bitset. The player's region in
+    /// the k-box game is dead exactly when its square is in that union, since
+    /// regions are disjoint and each listed square names one.
+    pub fn index_players(&mut self, board: &Board, k: usize) {
+        let floor = board.floor_count();
+        self.lookup.clear();
+        self.dead_squares.clear();
+        let mut walls = vec![false; floor];
+        let mut queue = Vec::new();
+        for (&key, dead) in &self.map {
+            let list = match dead {
+                DeadPlayers::Any => {
+                    self.lookup.insert(key, ANY_PLAYER);
+                    continue;
+                }
+                DeadPlayers::Squares(list) => list,
+            };
+            let at = self.dead_squares.len();
+            self.dead_squares.resize(at + self.row, 0);
+            let bits = &mut self.dead_squares[at..];
+            let boxes = unpack(key, k);
+            for &b in &boxes {
+                walls[b as usize] = true;
+            }
+            for &start in list {
+                if start as usize >= floor || walls[start as usize] || bits[start as usize / 64] >> (start % 64) & 1 != 0 {
+                    continue;
+                }
+                queue.clear();
+                queue.push(start);
+                bits[start as usize / 64] |= 1 << (start % 64);
+                while let Some(f) = queue.pop() {
+                    for d in 0..crate::model::board::DIRS {
+                        let g = board.neighbour(f, d);
+                        if g != crate::model::board::NONE && !walls[g as usize] && bits[g as usize / 64] >> (g % 64) & 1 == 0 {
+                            bits[g as usize / 64] |= 1 << (g % 64);
+                            queue.push(g);
+                        }
+                    }
+                }
+            }
+            for &b in &boxes {
+                walls[b as usize] = false;
+            }
+            self.lookup.insert(key, at as u32);
+        }
     }
 
     /// Adds a pattern (sorted squares, all inside the floor).
@@ -85,6 +150,18 @@ impl PatternSet {
         self.map.values().map(|d| if let DeadPlayers::Squares(v) = d { v.len() } else { 1 }).sum()
     }
 }
+
+/// The lookup value of a pattern dead for every player region.
+const ANY_PLAYER: u32 = u32::MAX;
+
+/// Two sets are equal when their patterns are: the lookup is derived data.
+impl PartialEq for PatternSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl Eq for PatternSet {}
 
 /// Packs up to four sorted squares into a u64.
 #[inline]
@@ -129,6 +206,16 @@ pub struct KStats {
 }
 
 impl DeadlockTables {
+    /// Binds tables (built here or read from a file) to their board and
+    /// derives each set's lookup.
+    pub fn new(board: Arc<Board>, mut tables: Vec<KTable>) -> Self {
+        for t in &mut tables {
+            t.forward.index_players(&board, t.k);
+            t.backward.index_players(&board, t.k);
+        }
+        DeadlockTables { board, tables }
+    }
+
     pub fn max_k(&self) -> usize {
         self.tables.last().map_or(0, |t| t.k)
     }
@@ -140,7 +227,7 @@ impl DeadlockTables {
 }
 
 impl PatternCheck for DeadlockTables {
-    fn is_deadlock(&self, side: Side, sc: &mut Scratch, boxes: &[u16], moved: u16, player: u16) -> bool {
+    fn is_deadlock(&self, side: Side, _sc: &mut Scratch, boxes: &[u16], moved: u16, player: u16) -> bool {
         let mut subset = [0u16; MAX_K];
         let mut others = [0u16; 64];
         for t in &self.tables {
@@ -180,18 +267,12 @@ impl PatternCheck for DeadlockTables {
                     s[i + 1] = others[j];
                 }
                 s.sort_unstable();
-                match set.map.get(&pack(s)) {
+                found = match set.lookup.get(&pack(s)) {
                     None => false,
-                    Some(DeadPlayers::Any) => {
-                        found = true;
-                        true
-                    }
-                    Some(DeadPlayers::Squares(list)) => {
-                        let norm = normalize_player(&self.board, sc, s, player);
-                        found = list.binary_search(&norm).is_ok();
-                        found
-                    }
-                }
+                    Some(&ANY_PLAYER) => true,
+                    Some(&at) => set.dead_squares[at as usize + player as usize / 64] >> (player % 64) & 1 != 0,
+                };
+                found
             });
             if found {
                 return true;
@@ -207,9 +288,20 @@ pub fn for_each_combination(n: usize, k: usize, mut f: impl FnMut(&[usize]) -> b
     if k > n {
         return;
     }
-    let mut idx: Vec<usize> = (0..k).collect();
+    // subsets are small (k <= MAX_K in the checks): no allocation per call
+    let mut stack = [0usize; 8];
+    let mut heap = Vec::new();
+    let idx: &mut [usize] = if k <= stack.len() {
+        &mut stack[..k]
+    } else {
+        heap.resize(k, 0);
+        &mut heap
+    };
+    for (i, x) in idx.iter_mut().enumerate() {
+        *x = i;
+    }
     loop {
-        if f(&idx) {
+        if f(idx) {
             return;
         }
         // the rightmost index that can still move right moves, the rest follow it
@@ -392,6 +484,7 @@ fn patterns_of(problem: &Problem<u64>, found: &[u64], other: &[u64]) -> PatternS
             set.insert(&boxes, DeadPlayers::Any);
         }
     }
+    set.index_players(&problem.board, k);
     set
 }
 
@@ -416,6 +509,41 @@ mod tests {
         });
         assert_eq!(n, 1);
         for_each_combination(2, 3, |_| panic!("k > n has no combinations"));
+    }
+
+    /// The bitset lookup must answer exactly what flooding the k-box board and
+    /// looking the normalized player up in the pattern's list answers.
+    #[test]
+    fn player_bitsets_agree_with_flooding() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut checked = 0;
+        for (i, lt) in crate::model::level::split_collection(&text, path).iter().take(12).enumerate() {
+            let level = lt.parse().unwrap();
+            let board = Arc::new(Board::new(&level).unwrap());
+            let (tables, _) =
+                build_tables(board.clone(), 2, 4, &AtomicBool::new(false), &super::super::search::NoProgress).unwrap();
+            let mut sc = Scratch::new(&board);
+            for t in &tables.tables {
+                for set in [&t.forward, &t.backward] {
+                    for (&key, dead) in &set.map {
+                        let DeadPlayers::Squares(list) = dead else { continue };
+                        let boxes = unpack(key, t.k);
+                        let at = set.lookup[&key] as usize;
+                        for p in 0..board.floor_count() as u16 {
+                            if boxes.contains(&p) {
+                                continue;
+                            }
+                            let flooded = list.binary_search(&normalize_player(&board, &mut sc, &boxes, p)).is_ok();
+                            let bit = set.dead_squares[at + p as usize / 64] >> (p % 64) & 1 != 0;
+                            assert_eq!(bit, flooded, "level {}, boxes {boxes:?}, player {p}", i + 1);
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000, "too few player-dependent patterns to test ({checked} checks)");
     }
 
     #[test]

@@ -232,7 +232,7 @@ pub fn load_for(path: &Path, board: Arc<Board>) -> Result<DeadlockTables, KdbErr
     if file.fingerprint != expected || file.floor != board.floor_count() {
         return Err(KdbError::WrongLevel { path: path.to_path_buf(), found: file.fingerprint, expected });
     }
-    Ok(DeadlockTables { board, tables: file.tables })
+    Ok(DeadlockTables::new(board, file.tables))
 }
 
 #[cfg(test)]

@@ -136,7 +136,7 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
         if file.fingerprint != board.fingerprint() || file.floor != board.floor_count() {
             return Err(ClusterError::InvalidArgument("the job's k-PG tables belong to another level".into()));
         }
-        Some(Arc::new(DeadlockTables { board: board.clone(), tables: file.tables }))
+        Some(Arc::new(DeadlockTables::new(board.clone(), file.tables)))
     };
     let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze };
     if spec.boxes != 0 && spec.boxes != board.box_count() {
