@@ -239,8 +239,9 @@ pub fn first_common<K: Ord + Copy>(keys: &[K], layer: &[K]) -> Option<K> {
 
 /// The first index `i >= from` of sorted `keys` with `keys[i] >= target`
 /// (`keys.len()` if none), found by galloping from `from`: O(log gap) probes,
-/// so a run of ascending queries costs what a merge costs when they are dense
-/// and what binary searches cost when they are sparse, never more than either.
+/// so a run of ascending queries costs about what a merge costs when they are
+/// dense and what binary searches cost when they are sparse (within twice the
+/// cheaper of the two), without having to guess which case it is.
 #[inline]
 pub fn gallop<K: Ord>(keys: &[K], from: usize, target: &K) -> usize {
     let n = keys.len();
