@@ -116,10 +116,10 @@ pub struct StorageReport {
     pub peak_disk_bytes: u64,
     /// Successor keys written to runs by the exchange.
     pub spilled_candidates: u64,
-    /// Most candidates one partition held in a merge, and how many its share
-    /// of the budget is sized for (more means raise `partitions`).
+    /// Most candidates (duplicates included) one partition had in one layer,
+    /// and the keys per chunk the merge streamed them in.
     pub largest_partition_candidates: u64,
-    pub partition_share_keys: u64,
+    pub merge_chunk_keys: u64,
     /// The spill directory, when kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_dir: Option<PathBuf>,
@@ -276,7 +276,7 @@ fn solve_typed<K: StateKey>(
             parts,
             budget.exchange_bytes(),
             budget.route_batch(parts),
-            budget.partition_keys(),
+            budget.merge_chunk_keys(),
             usage.clone(),
         )?;
         let result = search(&problem, partitioner, &store, &exchange, opts, cancel, progress, &mut report);
@@ -287,7 +287,7 @@ fn solve_typed<K: StateKey>(
             peak_disk_bytes: usage.peak(),
             spilled_candidates: exchange.spilled_keys(),
             largest_partition_candidates: exchange.largest_take(),
-            partition_share_keys: budget.partition_keys(),
+            merge_chunk_keys: budget.merge_chunk_keys(),
             spill_dir: spill.kept().then(|| spill.path().to_path_buf()),
         });
         result?;

@@ -12,7 +12,7 @@
 //! | sealed and pending layers, shard indexes  | `B/2`  | [`DiskStore`] writes layers that do not fit |
 //! | successor buffers between the phases      | `B/4`  | [`SpillExchange`] spills sorted runs        |
 //! | expand: per-thread routing buckets        | `B/4`  | the routing batch size                      |
-//! | merge: one chunk per thread                | `B/4`  | the merge chunk ([`MemoryBudget::partition_keys`]) |
+//! | merge: one chunk per thread                | `B/4`  | the merge chunk ([`MemoryBudget::merge_chunk_keys`]) |
 //!
 //! A merge streams a partition's candidates from the exchange in sorted chunks
 //! and appends each to the new layer after checking it against the stored ones,
@@ -133,7 +133,7 @@ impl MemoryBudget {
 
     /// Candidates (in keys) per merge chunk: one chunk per thread, held about
     /// twice, fits the working share.
-    pub fn partition_keys(&self) -> u64 {
+    pub fn merge_chunk_keys(&self) -> u64 {
         self.working_bytes() / (2 * self.threads as u64 * self.key_bytes as u64)
     }
 
@@ -177,7 +177,7 @@ mod tests {
         assert_eq!(b.partitions(100), 128);
         assert_eq!(MemoryBudget::new(1 << 30, 16, 8).partitions(8), 16);
         // two threads, each merging a chunk held twice, fit the working share
-        assert_eq!(b.partition_keys(), (2 << 20) / (2 * 2 * 8));
+        assert_eq!(b.merge_chunk_keys(), (2 << 20) / (2 * 2 * 8));
         assert_eq!(b.route_batch(128), 512);
         assert_eq!(MemoryBudget::new(1000, 2, 8).route_batch(128), MIN_ROUTE_BATCH);
         assert_eq!(MemoryBudget::new(1 << 40, 2, 8).route_batch(128), MAX_ROUTE_BATCH);
