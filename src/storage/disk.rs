@@ -574,19 +574,21 @@ impl<K: StateKey> DiskStore<K> {
 
     /// Writes one partition's layer as a plain shard file.
     fn write_layer(&self, side: Side, layer: usize, p: usize, keys: &[K]) -> Result<Shard<K>, StorageError> {
-        let mut w = self.start_layer(side, layer, p)?;
-        for &k in keys {
-            w.push(k)?;
-        }
+        let w = self.start_layer(side, layer, p, keys)?;
         self.finish_layer(w, layer)
     }
 
-    /// Starts the shard file of one partition's layer.
-    fn start_layer(&self, side: Side, layer: usize, p: usize) -> Result<ShardWriter<K>, StorageError> {
+    /// Starts the shard file of one partition's layer with its first `keys`;
+    /// a streaming merge may push more before [`DiskStore::finish_layer`].
+    fn start_layer(&self, side: Side, layer: usize, p: usize, keys: &[K]) -> Result<ShardWriter<K>, StorageError> {
         let path = FileName { first: layer, last: layer }.path(&self.dir, side, p);
         Self::ensure_parent(&path)?;
         let w = ShardWriter::<K>::create(&path, Self::meta(side, layer, p))?;
-        Ok(if self.opts.durable { w } else { w.unsynced() })
+        let mut w = if self.opts.durable { w } else { w.unsynced() };
+        for &k in keys {
+            w.push(k)?;
+        }
+        Ok(w)
     }
 
     /// Completes a shard started by [`DiskStore::start_layer`].
@@ -1078,11 +1080,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         let mut run = Run { first: layer, lens: vec![len], keys: None, shard: None, seq, tier: 0 };
         if self.opts.durable || !fits {
             // kept open: a streaming merge may append more of this layer
-            let mut w = self.start_layer(side, layer, partition)?;
-            for &k in &keys {
-                w.push(k)?;
-            }
-            part.writer[s] = Some(w);
+            part.writer[s] = Some(self.start_layer(side, layer, partition, &keys)?);
         }
         if fits {
             part.mem += bytes;
@@ -1111,11 +1109,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             if let Some(ram) = run.keys.take() {
                 // the RAM copy goes; what the writer lacks of it is written first
                 if part.writer[s].is_none() {
-                    let mut w = self.start_layer(side, layer, partition)?;
-                    for &k in &ram {
-                        w.push(k)?;
-                    }
-                    part.writer[s] = Some(w);
+                    part.writer[s] = Some(self.start_layer(side, layer, partition, &ram)?);
                 }
                 part.mem = part.mem.saturating_sub((ram.capacity() * std::mem::size_of::<K>()) as u64);
             }
