@@ -86,7 +86,7 @@ fn pattern_benches(c: &mut Criterion) {
                 i = (i + 1) % states.len();
                 let (key, moved) = states[i];
                 let player = problem.decode(&key, &mut boxes);
-                black_box(tables.is_deadlock(Side::Forward, &mut sc, &boxes, moved, player))
+                black_box(tables.is_deadlock(Side::Forward, &boxes, moved, player))
             })
         });
     }

@@ -227,7 +227,7 @@ impl DeadlockTables {
 }
 
 impl PatternCheck for DeadlockTables {
-    fn is_deadlock(&self, side: Side, _sc: &mut Scratch, boxes: &[u16], moved: u16, player: u16) -> bool {
+    fn is_deadlock(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool {
         let mut subset = [0u16; MAX_K];
         let mut others = [0u16; 64];
         for t in &self.tables {

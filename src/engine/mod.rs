@@ -66,9 +66,9 @@ pub enum EngineError {
 /// A pattern-based deadlock check (the k-PG tables), consulted after every move.
 pub trait PatternCheck: Send + Sync {
     /// True when the state reached by moving a box onto `moved` (boxes sorted,
-    /// `player` any square of the player's region, `sc.occ` unset) can be dropped
-    /// by the search on `side`.
-    fn is_deadlock(&self, side: Side, sc: &mut Scratch, boxes: &[u16], moved: u16, player: u16) -> bool;
+    /// `player` any square of the player's region) can be dropped by the search
+    /// on `side`.
+    fn is_deadlock(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool;
 }
 
 /// What is searched: a board, a box count (k-PG games use fewer boxes than the
@@ -115,18 +115,10 @@ impl<K: StateKey> Problem<K> {
         let mut boxes = std::mem::take(&mut sc.boxes);
         let player = self.decode(key, &mut boxes);
         let patterns = self.patterns.as_deref();
-        let on_move = |next: &[u16], p: u16, m: BoxMove, sc: &mut Scratch| {
+        let on_move = |next: &[u16], p: u16, m: BoxMove| {
             let moved = self.board.neighbour(m.from, m.dir as usize);
             if let Some(pc) = patterns {
-                // the check floods with occupancy of its own; hand it a clean slate
-                for &b in next {
-                    sc.occ[b as usize] = false;
-                }
-                let dead = pc.is_deadlock(side, sc, next, moved, p);
-                for &b in next {
-                    sc.occ[b as usize] = true;
-                }
-                if dead {
+                if pc.is_deadlock(side, next, moved, p) {
                     return;
                 }
             }
@@ -143,7 +135,7 @@ impl<K: StateKey> Problem<K> {
     pub fn expand_unpruned(&self, side: Side, key: &K, sc: &mut Scratch, mut emit: impl FnMut(K, BoxMove)) {
         let mut boxes = std::mem::take(&mut sc.boxes);
         let player = self.decode(key, &mut boxes);
-        let on_move = |next: &[u16], p: u16, m: BoxMove, _: &mut Scratch| emit(K::encode(&self.space, next, p), m);
+        let on_move = |next: &[u16], p: u16, m: BoxMove| emit(K::encode(&self.space, next, p), m);
         match side {
             Side::Forward => for_each_push(&self.board, sc, &boxes, player, Pruning::NONE, on_move),
             Side::Backward => for_each_pull(&self.board, sc, &boxes, player, Pruning::NONE, on_move),

@@ -319,7 +319,7 @@ pub fn for_each_push(
     boxes: &[u16],
     player: u16,
     pruning: Pruning,
-    mut emit: impl FnMut(&[u16], u16, BoxMove, &mut Scratch),
+    mut emit: impl FnMut(&[u16], u16, BoxMove),
 ) {
     sc.place(boxes);
     sc.flood_reach(board, player);
@@ -340,7 +340,7 @@ pub fn for_each_push(
             if !dead {
                 moved_boxes(boxes, b, to, &mut next);
                 let p = sc.normalize_after_move(board, b, to, b);
-                emit(&next, p, BoxMove { from: b, dir: d as u8 }, sc);
+                emit(&next, p, BoxMove { from: b, dir: d as u8 });
             }
             sc.occ[to as usize] = false;
             sc.occ[b as usize] = true;
@@ -359,7 +359,7 @@ pub fn for_each_pull(
     boxes: &[u16],
     player: u16,
     pruning: Pruning,
-    mut emit: impl FnMut(&[u16], u16, BoxMove, &mut Scratch),
+    mut emit: impl FnMut(&[u16], u16, BoxMove),
 ) {
     sc.place(boxes);
     sc.flood_reach(board, player);
@@ -383,7 +383,7 @@ pub fn for_each_pull(
             if !dead {
                 moved_boxes(boxes, b, to, &mut next);
                 let p = sc.normalize_after_move(board, b, to, step);
-                emit(&next, p, BoxMove { from: b, dir: d as u8 }, sc);
+                emit(&next, p, BoxMove { from: b, dir: d as u8 });
             }
             sc.occ[to as usize] = false;
             sc.occ[b as usize] = true;
@@ -526,13 +526,13 @@ mod tests {
         let b = board("######\n#@$ .#\n######\n");
         let mut sc = Scratch::new(&b);
         let mut succ = Vec::new();
-        for_each_push(&b, &mut sc, &b.start_boxes, b.start_player, Pruning::ALL, |bx, p, m, _| {
+        for_each_push(&b, &mut sc, &b.start_boxes, b.start_player, Pruning::ALL, |bx, p, m| {
             succ.push((bx.to_vec(), p, m))
         });
         assert_eq!(succ.len(), 1);
         let (bx, p, _) = &succ[0];
         let mut pred = Vec::new();
-        for_each_pull(&b, &mut sc, bx, *p, Pruning::NONE, |bx2, p2, _, _| pred.push((bx2.to_vec(), p2)));
+        for_each_pull(&b, &mut sc, bx, *p, Pruning::NONE, |bx2, p2, _| pred.push((bx2.to_vec(), p2)));
         let start = normalize_player(&b, &mut sc, &b.start_boxes, b.start_player);
         assert!(pred.contains(&(b.start_boxes.clone(), start)));
     }
@@ -546,7 +546,7 @@ mod tests {
         let mut sc = Scratch::new(&b);
         let count = |sc: &mut Scratch, pruning| {
             let mut n = 0;
-            for_each_push(&b, sc, &b.start_boxes, b.start_player, pruning, |_, _, _, _| n += 1);
+            for_each_push(&b, sc, &b.start_boxes, b.start_player, pruning, |_, _, _| n += 1);
             n
         };
         assert_eq!(count(&mut sc, Pruning::NONE), 6);
@@ -564,7 +564,7 @@ mod tests {
         // player on square 0 and the box on 1, square 2 is behind the box
         let boxes = [2u16];
         let mut got = Vec::new();
-        for_each_pull(&b, &mut sc, &boxes, 0, Pruning::NONE, |bx, p, _, _| got.push((bx.to_vec(), p)));
+        for_each_pull(&b, &mut sc, &boxes, 0, Pruning::NONE, |bx, p, _| got.push((bx.to_vec(), p)));
         assert_eq!(got, vec![(vec![1u16], 0u16)]);
     }
 

@@ -86,7 +86,7 @@ pub fn reference_bfs(board: &Board) -> Option<usize> {
         let mut next = Vec::new();
         // the player stands where the box was; normalize with a full flood here so
         // the reference does not share the generator's incremental normalization
-        for_each_push(board, &mut sc, &boxes, player, Pruning::NONE, |b, _, m, _| next.push((b.to_vec(), m.from)));
+        for_each_push(board, &mut sc, &boxes, player, Pruning::NONE, |b, _, m| next.push((b.to_vec(), m.from)));
         let next: Vec<(Vec<u16>, u16)> =
             next.into_iter().map(|(b, at)| { let p = normalize_player(board, &mut sc, &b, at); (b, p) }).collect();
         for s in next {

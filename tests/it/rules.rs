@@ -12,7 +12,7 @@ type State = (Vec<u16>, u16);
 
 fn pushes(board: &Board, sc: &mut Scratch, s: &State) -> HashSet<State> {
     let mut out = HashSet::new();
-    for_each_push(board, sc, &s.0, s.1, Pruning::NONE, |b, p, _, _| {
+    for_each_push(board, sc, &s.0, s.1, Pruning::NONE, |b, p, _| {
         out.insert((b.to_vec(), p));
     });
     out
@@ -20,7 +20,7 @@ fn pushes(board: &Board, sc: &mut Scratch, s: &State) -> HashSet<State> {
 
 fn pulls(board: &Board, sc: &mut Scratch, s: &State) -> HashSet<State> {
     let mut out = HashSet::new();
-    for_each_pull(board, sc, &s.0, s.1, Pruning::NONE, |b, p, _, _| {
+    for_each_pull(board, sc, &s.0, s.1, Pruning::NONE, |b, p, _| {
         out.insert((b.to_vec(), p));
     });
     out
