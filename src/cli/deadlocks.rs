@@ -5,7 +5,7 @@ use super::progress::LayerProgress;
 use super::{read_collection, Selection, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use sokoshard::engine::kpg::{build_tables, unpack, DeadPlayers, KStats, KpgProgress, MAX_K};
+use sokoshard::engine::kpg::{build_tables, unpack, DeadPlayers, KStats, KpgProgress, Packed, MAX_K};
 use sokoshard::engine::search::{LayerEvent, Progress};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::parse_one;
@@ -31,7 +31,7 @@ pub struct BuildArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub select: Selection,
-    /// Largest k (boxes per sub-game), 1 to 4.
+    /// Largest k (boxes per sub-game), 1 to 8.
     #[arg(long, default_value_t = 2)]
     pub k: usize,
     /// Output database file.
@@ -191,7 +191,7 @@ fn show(args: ShowArgs) -> Result<ExitCode> {
     for t in &file.tables {
         for (name, set) in [("forward", &t.forward), ("backward", &t.backward)] {
             println!("k={} {name}: {} box sets, {} patterns", t.k, set.map.len(), set.patterns());
-            let mut keys: Vec<&u64> = set.map.keys().collect();
+            let mut keys: Vec<&Packed> = set.map.keys().collect();
             keys.sort_unstable();
             for key in keys.into_iter().take(args.samples) {
                 let boxes = unpack(*key, t.k);

@@ -62,7 +62,7 @@ pub struct SolveArgs {
     /// Turn off freeze-deadlock pruning (dead squares stay on).
     #[arg(long)]
     pub no_freeze: bool,
-    /// Build k-PG deadlock tables up to this k in memory before each solve (1 to 4).
+    /// Build k-PG deadlock tables up to this k in memory before each solve (1 to 8).
     /// Without it the solve still prunes dead squares, the player-free part of the
     /// 1-PG table; `--kpg 0` turns that off too and uses no table at all.
     #[arg(long, conflicts_with = "deadlocks")]

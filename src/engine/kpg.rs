@@ -35,8 +35,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Largest k supported: box sets are packed four 16-bit squares to a `u64`.
-pub const MAX_K: usize = 4;
+/// Largest k supported: box sets are packed eight 16-bit squares to a [`Packed`].
+pub const MAX_K: usize = 8;
+
+/// A sorted box set, its 16-bit squares packed high to low.
+pub type Packed = u128;
 
 /// Which player regions make a box set dead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,33 +54,21 @@ pub enum DeadPlayers {
 #[derive(Debug, Clone, Default)]
 pub struct PatternSet {
     /// Packed sorted box squares -> dead player regions.
-    pub map: FxHashMap<u64, DeadPlayers>,
+    pub map: FxHashMap<Packed, DeadPlayers>,
     /// What the check reads, derived from `map` and the board by
     /// [`PatternSet::index_players`]: packed box squares -> [`ANY_PLAYER`], or
     /// the offset in `dead_squares` of a bitset (`row` words) of every square
     /// whose region, with only the pattern's boxes placed, is dead. A check is
     /// then one bit test, not a flood of the k-box board.
-    lookup: FxHashMap<u64, u32>,
+    lookup: FxHashMap<Packed, u32>,
     dead_squares: Vec<u64>,
-    /// Squares that appear in any pattern (the cheap first filter).
-    pub squares: Vec<bool>,
-    /// `pairs[a * row + b / 64]` bit `b % 64`: squares `a` and `b` appear together
-    /// in some pattern. Subsets with a pair that never co-occurs are never looked up.
-    pairs: Vec<u64>,
     row: usize,
 }
 
 impl PatternSet {
     pub fn new(floor: usize) -> Self {
         let row = floor.div_ceil(64);
-        PatternSet {
-            map: FxHashMap::default(),
-            lookup: FxHashMap::default(),
-            dead_squares: Vec::new(),
-            squares: vec![false; floor],
-            pairs: vec![0; row * floor],
-            row,
-        }
+        PatternSet { map: FxHashMap::default(), lookup: FxHashMap::default(), dead_squares: Vec::new(), row }
     }
 
     /// Derives the check's lookup from `map`: for a player-dependent pattern,
@@ -106,7 +97,10 @@ impl PatternSet {
                 walls[b as usize] = true;
             }
             for &start in list {
-                if start as usize >= floor || walls[start as usize] || bits[start as usize / 64] >> (start % 64) & 1 != 0 {
+                if start as usize >= floor
+                    || walls[start as usize]
+                    || bits[start as usize / 64] >> (start % 64) & 1 != 0
+                {
                     continue;
                 }
                 queue.clear();
@@ -115,7 +109,10 @@ impl PatternSet {
                 while let Some(f) = queue.pop() {
                     for d in 0..crate::model::board::DIRS {
                         let g = board.neighbour(f, d);
-                        if g != crate::model::board::NONE && !walls[g as usize] && bits[g as usize / 64] >> (g % 64) & 1 == 0 {
+                        if g != crate::model::board::NONE
+                            && !walls[g as usize]
+                            && bits[g as usize / 64] >> (g % 64) & 1 == 0
+                        {
                             bits[g as usize / 64] |= 1 << (g % 64);
                             queue.push(g);
                         }
@@ -131,18 +128,7 @@ impl PatternSet {
 
     /// Adds a pattern (sorted squares, all inside the floor).
     pub fn insert(&mut self, boxes: &[u16], dead: DeadPlayers) {
-        for &a in boxes {
-            self.squares[a as usize] = true;
-            for &b in boxes {
-                self.pairs[a as usize * self.row + b as usize / 64] |= 1 << (b % 64);
-            }
-        }
         self.map.insert(pack(boxes), dead);
-    }
-
-    #[inline]
-    fn together(&self, a: u16, b: u16) -> bool {
-        self.pairs[a as usize * self.row + b as usize / 64] & (1 << (b % 64)) != 0
     }
 
     /// Number of (box set, player) patterns, counting "any player" as one.
@@ -163,14 +149,14 @@ impl PartialEq for PatternSet {
 
 impl Eq for PatternSet {}
 
-/// Packs up to four sorted squares into a u64.
+/// Packs up to [`MAX_K`] sorted squares.
 #[inline]
-pub fn pack(boxes: &[u16]) -> u64 {
-    boxes.iter().fold(0u64, |acc, &b| (acc << 16) | b as u64)
+pub fn pack(boxes: &[u16]) -> Packed {
+    boxes.iter().fold(0, |acc, &b| (acc << 16) | b as Packed)
 }
 
 /// Unpacks `k` squares.
-pub fn unpack(mut key: u64, k: usize) -> Vec<u16> {
+pub fn unpack(mut key: Packed, k: usize) -> Vec<u16> {
     let mut v = vec![0u16; k];
     for i in (0..k).rev() {
         v[i] = key as u16;
@@ -187,11 +173,13 @@ pub struct KTable {
     pub backward: PatternSet,
 }
 
-/// Deadlock tables for k = 1..=K of one level.
+/// Deadlock tables for k = 1..=K of one level, with the index the check reads.
 #[derive(Debug, Clone)]
 pub struct DeadlockTables {
     pub board: Arc<Board>,
     pub tables: Vec<KTable>,
+    /// Derived from `tables`: forward and backward patterns of every k.
+    index: [PatternTrie; 2],
 }
 
 /// What building one k cost and kept.
@@ -207,13 +195,18 @@ pub struct KStats {
 
 impl DeadlockTables {
     /// Binds tables (built here or read from a file) to their board and
-    /// derives each set's lookup.
+    /// derives each set's lookup and the check's index.
     pub fn new(board: Arc<Board>, mut tables: Vec<KTable>) -> Self {
         for t in &mut tables {
             t.forward.index_players(&board, t.k);
             t.backward.index_players(&board, t.k);
         }
-        DeadlockTables { board, tables }
+        let floor = board.floor_count();
+        let index = [
+            PatternTrie::new(floor, tables.iter().map(|t| (t.k, &t.forward))),
+            PatternTrie::new(floor, tables.iter().map(|t| (t.k, &t.backward))),
+        ];
+        DeadlockTables { board, tables, index }
     }
 
     pub fn max_k(&self) -> usize {
@@ -222,61 +215,212 @@ impl DeadlockTables {
 
     /// Keeps only the tables up to `k`.
     pub fn truncated(&self, k: usize) -> DeadlockTables {
-        DeadlockTables { board: self.board.clone(), tables: self.tables.iter().filter(|t| t.k <= k).cloned().collect() }
+        DeadlockTables::new(self.board.clone(), self.tables.iter().filter(|t| t.k <= k).cloned().collect())
     }
-}
 
-impl PatternCheck for DeadlockTables {
-    fn is_deadlock(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool {
-        let mut subset = [0u16; MAX_K];
-        let mut others = [0u16; 64];
-        for t in &self.tables {
+    /// The check by brute force, for tests: any pattern of any k that holds the
+    /// moved box, lies inside `boxes` and is dead for `player`.
+    pub fn is_deadlock_by_scan(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool {
+        self.tables.iter().any(|t| {
             let set = match side {
                 Side::Forward => &t.forward,
                 Side::Backward => &t.backward,
             };
-            if boxes.len() < t.k || !set.squares[moved as usize] || set.map.is_empty() {
-                continue;
-            }
-            // the other boxes that can be in a pattern with the moved one
-            let mut n = 0;
-            for &b in boxes {
-                if b != moved && set.together(moved, b) {
-                    if n == others.len() {
-                        break;
+            set.map.keys().any(|&key| {
+                let pattern = unpack(key, t.k);
+                pattern.contains(&moved)
+                    && pattern.iter().all(|b| boxes.contains(b))
+                    && match set.lookup[&key] {
+                        ANY_PLAYER => true,
+                        at => set.dead_squares[at as usize + player as usize / 64] >> (player % 64) & 1 != 0,
                     }
-                    others[n] = b;
-                    n += 1;
-                }
-            }
-            if n + 1 < t.k {
-                continue;
-            }
-            let mut found = false;
-            for_each_combination(n, t.k - 1, |idx| {
-                for (i, &x) in idx.iter().enumerate() {
-                    for &y in &idx[i + 1..] {
-                        if !set.together(others[x], others[y]) {
-                            return false;
-                        }
-                    }
-                }
-                let s = &mut subset[..t.k];
-                s[0] = moved;
-                for (i, &j) in idx.iter().enumerate() {
-                    s[i + 1] = others[j];
-                }
-                s.sort_unstable();
-                found = match set.lookup.get(&pack(s)) {
-                    None => false,
-                    Some(&ANY_PLAYER) => true,
-                    Some(&at) => set.dead_squares[at as usize + player as usize / 64] >> (player % 64) & 1 != 0,
+            })
+        })
+    }
+}
+
+impl PatternCheck for DeadlockTables {
+    #[inline]
+    fn is_deadlock(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool {
+        self.index[side.index()].any_subset(boxes, moved, player)
+    }
+}
+
+/// Every pattern of one side (all k), indexed for the subset query "does a
+/// pattern holding the moved box lie inside this box set?". Per moved square, a
+/// trie over the pattern's other squares: the query walks only the paths whose
+/// squares are all boxes, so its cost follows the patterns that nearly match,
+/// not the C(n-1, k-1) subsets a lookup per subset pays (at k = 5 on Microban I
+/// #153, with 10 boxes and about 10^5 patterns, that enumeration made the check
+/// the larger part of the search).
+///
+/// Along a path, squares come in order of *rank*: the square in the most
+/// patterns first. Large tables are mostly one hub square combined with any
+/// others (on #153 at k = 5, a box in the bottom-left goal corner plus any four
+/// boxes outside the goal column); with the hub first, a state without a box
+/// there fails at the first step instead of after walking every subset of the
+/// others.
+#[derive(Debug, Clone, Default)]
+struct PatternTrie {
+    /// Per floor square: the root node of the patterns holding it, or `NO_NODE`.
+    roots: Vec<u32>,
+    /// Per floor square: its rank (0 for the square in the most patterns).
+    rank: Vec<u16>,
+    /// Words of a rank bitset.
+    row: usize,
+    nodes: Vec<TrieNode>,
+    /// Per node, `row` words: the ranks of its children. A query intersects
+    /// them with the boxes' ranks, so it touches only children that are boxes.
+    child_ranks: Vec<u64>,
+    /// Children of each node in increasing rank, from `TrieNode::first_child`.
+    children: Vec<u32>,
+    /// Player bitsets of player-dependent patterns, `row` words each.
+    dead_squares: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TrieNode {
+    first_child: u32,
+    /// `NO_PATTERN`, [`ANY_PLAYER`], or the offset of a player bitset.
+    pattern: u32,
+}
+
+const NO_NODE: u32 = u32::MAX;
+const NO_PATTERN: u32 = u32::MAX - 1;
+/// Rank bitset words a query keeps on the stack: the floor limit of the key
+/// spaces ([`crate::model::key::MAX_FLOOR_SQUARES`]) fits.
+const QUERY_WORDS: usize = crate::model::key::MAX_FLOOR_SQUARES.div_ceil(64);
+
+impl PatternTrie {
+    fn new<'a>(floor: usize, sets: impl Iterator<Item = (usize, &'a PatternSet)>) -> Self {
+        // (moved square, the other squares, pattern value), then one trie per square
+        let mut entries: Vec<(u16, Vec<u16>, u32)> = Vec::new();
+        let mut dead_squares = Vec::new();
+        for (k, set) in sets {
+            for (&key, &at) in &set.lookup {
+                let value = if at == ANY_PLAYER {
+                    ANY_PLAYER
+                } else {
+                    let own = dead_squares.len() as u32;
+                    dead_squares.extend_from_slice(&set.dead_squares[at as usize..at as usize + set.row]);
+                    own
                 };
-                found
-            });
-            if found {
-                return true;
+                let boxes = unpack(key, k);
+                for (i, &m) in boxes.iter().enumerate() {
+                    let mut others = boxes.clone();
+                    others.remove(i);
+                    entries.push((m, others, value));
+                }
             }
+        }
+        let mut count = vec![0u64; floor];
+        for e in &entries {
+            count[e.0 as usize] += 1;
+        }
+        let mut order: Vec<u16> = (0..floor as u16).collect();
+        order.sort_by_key(|&sq| (std::cmp::Reverse(count[sq as usize]), sq));
+        let mut rank = vec![0u16; floor];
+        for (r, &sq) in order.iter().enumerate() {
+            rank[sq as usize] = r as u16;
+        }
+        for e in &mut entries {
+            for sq in &mut e.1 {
+                *sq = rank[*sq as usize];
+            }
+            e.1.sort_unstable();
+        }
+        entries.sort_unstable();
+        let mut trie = PatternTrie {
+            roots: vec![NO_NODE; floor],
+            rank,
+            row: floor.div_ceil(64),
+            nodes: Vec::new(),
+            child_ranks: Vec::new(),
+            children: Vec::new(),
+            dead_squares,
+        };
+        let mut i = 0;
+        while i < entries.len() {
+            let m = entries[i].0;
+            let end = i + entries[i..].partition_point(|e| e.0 == m);
+            let group: Vec<(&[u16], u32)> = entries[i..end].iter().map(|e| (&e.1[..], e.2)).collect();
+            trie.roots[m as usize] = trie.build(&group, 0);
+            i = end;
+        }
+        trie
+    }
+
+    /// Builds the node for `group` (sorted, sharing their first `depth` ranks).
+    fn build(&mut self, group: &[(&[u16], u32)], depth: usize) -> u32 {
+        let id = self.nodes.len() as u32;
+        // a pattern ending here comes first in sorted order
+        let (pattern, rest) = match group.first() {
+            Some(&(ranks, value)) if ranks.len() == depth => (value, &group[1..]),
+            _ => (NO_PATTERN, group),
+        };
+        let mut subgroups: Vec<&[(&[u16], u32)]> = Vec::new();
+        let first_child = self.children.len() as u32;
+        self.nodes.push(TrieNode { first_child, pattern });
+        self.child_ranks.resize(self.child_ranks.len() + self.row, 0);
+        let mut i = 0;
+        while i < rest.len() {
+            let r = rest[i].0[depth];
+            let end = i + rest[i..].partition_point(|e| e.0[depth] == r);
+            subgroups.push(&rest[i..end]);
+            self.child_ranks[id as usize * self.row + r as usize / 64] |= 1 << (r % 64);
+            i = end;
+        }
+        self.children.resize(self.children.len() + subgroups.len(), NO_NODE);
+        for (c, sub) in subgroups.into_iter().enumerate() {
+            let child = self.build(sub, depth + 1);
+            self.children[first_child as usize + c] = child;
+        }
+        id
+    }
+
+    #[inline]
+    fn any_subset(&self, boxes: &[u16], moved: u16, player: u16) -> bool {
+        let root = match self.roots.get(moved as usize) {
+            Some(&root) if root != NO_NODE => root,
+            _ => return false,
+        };
+        let mut ranks = [0u64; QUERY_WORDS];
+        for &b in boxes {
+            if b != moved {
+                let r = self.rank[b as usize];
+                ranks[r as usize / 64] |= 1 << (r % 64);
+            }
+        }
+        self.walk(root, &ranks[..self.row], player)
+    }
+
+    /// True when a pattern below `node` lies inside the boxes whose rank bits
+    /// are set in `ranks`, and is dead for `player`.
+    fn walk(&self, node: u32, ranks: &[u64], player: u16) -> bool {
+        let n = self.nodes[node as usize];
+        match n.pattern {
+            NO_PATTERN => {}
+            ANY_PLAYER => return true,
+            at => {
+                if self.dead_squares[at as usize + player as usize / 64] >> (player % 64) & 1 != 0 {
+                    return true;
+                }
+            }
+        }
+        let masks = &self.child_ranks[node as usize * self.row..(node as usize + 1) * self.row];
+        // children before word w: their index offset
+        let mut before = n.first_child as usize;
+        for (&mask, &have) in masks.iter().zip(ranks) {
+            let mut hit = mask & have;
+            while hit != 0 {
+                let bit = hit.trailing_zeros();
+                hit &= hit - 1;
+                let child = self.children[before + (mask & ((1u64 << bit) - 1)).count_ones() as usize];
+                if self.walk(child, ranks, player) {
+                    return true;
+                }
+            }
+            before += mask.count_ones() as usize;
         }
         false
     }
@@ -358,7 +502,7 @@ pub fn build_tables_with(
     explore: &mut Explorer<'_>,
 ) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
     let max_k = max_k.min(MAX_K).min(board.box_count());
-    let mut tables = DeadlockTables { board: board.clone(), tables: Vec::new() };
+    let mut tables = DeadlockTables::new(board.clone(), Vec::new());
     let mut all_stats = Vec::new();
     for k in 1..=max_k {
         progress.k_started(k);
@@ -387,10 +531,18 @@ pub fn build_tables_with(
             seconds: started.elapsed().as_secs_f64(),
         };
         progress.k_done(&stats);
-        tracing::info!(k, forward_states = stats.forward_states, backward_states = stats.backward_states,
-            forward_patterns = stats.forward_patterns, backward_patterns = stats.backward_patterns, "k-pg table built");
+        tracing::info!(
+            k,
+            forward_states = stats.forward_states,
+            backward_states = stats.backward_states,
+            forward_patterns = stats.forward_patterns,
+            backward_patterns = stats.backward_patterns,
+            "k-pg table built"
+        );
         all_stats.push(stats);
-        tables.tables.push(table);
+        let mut built = std::mem::take(&mut tables.tables);
+        built.push(table);
+        tables = DeadlockTables::new(board.clone(), built);
     }
     Ok((tables, all_stats))
 }
@@ -456,8 +608,8 @@ fn explore(
 /// set none of whose states is in both is dead for any player.
 fn patterns_of(problem: &Problem<u64>, found: &[u64], other: &[u64]) -> PatternSet {
     let mut set = PatternSet::new(problem.board.floor_count());
-    let mut dead: FxHashMap<u64, Vec<u16>> = FxHashMap::default();
-    let mut alive: rustc_hash::FxHashSet<u64> = Default::default();
+    let mut dead: FxHashMap<Packed, Vec<u16>> = FxHashMap::default();
+    let mut alive: rustc_hash::FxHashSet<Packed> = Default::default();
     let mut boxes = Vec::new();
     let mut j = 0;
     for key in found {
@@ -527,7 +679,9 @@ mod tests {
             for t in &tables.tables {
                 for set in [&t.forward, &t.backward] {
                     for (&key, dead) in &set.map {
-                        let DeadPlayers::Squares(list) = dead else { continue };
+                        let DeadPlayers::Squares(list) = dead else {
+                            continue;
+                        };
                         let boxes = unpack(key, t.k);
                         let at = set.lookup[&key] as usize;
                         for p in 0..board.floor_count() as u16 {
@@ -546,8 +700,72 @@ mod tests {
         assert!(checked > 1000, "too few player-dependent patterns to test ({checked} checks)");
     }
 
+    /// The trie walk must answer exactly what scanning every pattern answers:
+    /// on real tables (k up to 4, player-dependent patterns included), for box
+    /// sets built around patterns (so that hits are common) and random ones.
+    #[test]
+    fn trie_check_agrees_with_a_scan_of_every_pattern() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
+        let text = std::fs::read_to_string(path).unwrap();
+        let levels = crate::model::level::split_collection(&text, path);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        };
+        let (mut checks, mut hits) = (0, 0);
+        for (index, k) in [(1usize, 4usize), (2, 4), (3, 3), (6, 3), (10, 3), (44, 3)] {
+            let level = levels[index - 1].parse().unwrap();
+            let board = Arc::new(Board::new(&level).unwrap());
+            let (tables, _) =
+                build_tables(board.clone(), k, 4, &AtomicBool::new(false), &super::super::search::NoProgress).unwrap();
+            let floor = board.floor_count();
+            let n_boxes = board.box_count();
+            let patterns: Vec<(usize, Packed)> = tables
+                .tables
+                .iter()
+                .flat_map(|t| {
+                    [&t.forward, &t.backward].into_iter().flat_map(move |s| s.map.keys().map(move |&key| (t.k, key)))
+                })
+                .collect();
+            for round in 0..4000 {
+                // a pattern plus random boxes, or random boxes only
+                let mut boxes: Vec<u16> = match patterns.get(next(patterns.len().max(1))) {
+                    Some(&(k, key)) if round % 4 != 0 => unpack(key, k),
+                    _ => Vec::new(),
+                };
+                while boxes.len() < n_boxes.min(floor - 1) {
+                    let b = next(floor) as u16;
+                    if !boxes.contains(&b) {
+                        boxes.push(b);
+                    }
+                }
+                boxes.sort_unstable();
+                let moved = boxes[next(boxes.len())];
+                let player = loop {
+                    let p = next(floor) as u16;
+                    if !boxes.contains(&p) {
+                        break p;
+                    }
+                };
+                for side in [Side::Forward, Side::Backward] {
+                    let fast = tables.is_deadlock(side, &boxes, moved, player);
+                    let scan = tables.is_deadlock_by_scan(side, &boxes, moved, player);
+                    assert_eq!(fast, scan, "level {index}, {side:?}, boxes {boxes:?}, moved {moved}, player {player}");
+                    checks += 1;
+                    hits += fast as usize;
+                }
+            }
+        }
+        assert!(hits > checks / 20, "too few hits to test the walk ({hits} of {checks})");
+    }
+
     #[test]
     fn pack_roundtrip() {
         assert_eq!(unpack(pack(&[3, 70, 900]), 3), vec![3, 70, 900]);
+        let eight = [1, 2, 300, 400, 500, 600, 700, 1013];
+        assert_eq!(unpack(pack(&eight), MAX_K), eight.to_vec());
     }
 }

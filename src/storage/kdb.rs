@@ -17,7 +17,7 @@
 //! The checksum is verified before anything is parsed, and every count is bounded
 //! by the bytes left, so a corrupt file is refused, never half-used.
 
-use crate::engine::kpg::{unpack, DeadPlayers, DeadlockTables, KTable, PatternSet, MAX_K};
+use crate::engine::kpg::{unpack, DeadPlayers, DeadlockTables, KTable, Packed, PatternSet, MAX_K};
 use crate::model::board::Board;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,7 +66,7 @@ pub fn encode(tables: &DeadlockTables, level_text: &str) -> Vec<u8> {
         out.extend_from_slice(&(t.k as u32).to_le_bytes());
         for set in [&t.forward, &t.backward] {
             // sorted for a deterministic file
-            let mut entries: Vec<(&u64, &DeadPlayers)> = set.map.iter().collect();
+            let mut entries: Vec<(&Packed, &DeadPlayers)> = set.map.iter().collect();
             entries.sort_unstable_by_key(|e| *e.0);
             out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
             for (packed, dead) in entries {
@@ -110,7 +110,10 @@ struct Reader<'a> {
 impl Reader<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8], KdbError> {
         if self.buf.len() - self.pos < n {
-            return Err(KdbError::Corrupt { path: self.path.to_path_buf(), reason: format!("record runs past the end at byte {}", self.pos) });
+            return Err(KdbError::Corrupt {
+                path: self.path.to_path_buf(),
+                reason: format!("record runs past the end at byte {}", self.pos),
+            });
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -167,7 +170,8 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<KdbFile, KdbError> {
         return Err(corrupt(format!("{nk} tables, at most {MAX_K} are possible")));
     }
     let text_len = r.u32()? as usize;
-    let level_text = String::from_utf8(r.take(text_len)?.to_vec()).map_err(|_| corrupt("level text is not UTF-8".into()))?;
+    let level_text =
+        String::from_utf8(r.take(text_len)?.to_vec()).map_err(|_| corrupt("level text is not UTF-8".into()))?;
     let mut tables = Vec::new();
     for i in 0..nk {
         let k = r.u32()? as usize;
@@ -221,7 +225,8 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<KdbFile, KdbError> {
 
 /// Reads a database file.
 pub fn read(path: &Path) -> Result<KdbFile, KdbError> {
-    let bytes = std::fs::read(path).map_err(|source| KdbError::Io { path: path.to_path_buf(), op: "reading", source })?;
+    let bytes =
+        std::fs::read(path).map_err(|source| KdbError::Io { path: path.to_path_buf(), op: "reading", source })?;
     decode(path, &bytes)
 }
 
