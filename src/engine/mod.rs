@@ -10,7 +10,9 @@ pub mod search;
 
 use crate::model::board::Board;
 use crate::model::key::{KeySpace, StateKey};
-use crate::model::rules::{for_each_pull, for_each_push, BoxMove, Pruning, Scratch};
+use crate::model::rules::{
+    for_each_pull, for_each_pull_kept, for_each_push, for_each_push_kept, BoxMove, Pruning, Scratch,
+};
 use crate::storage::StorageError;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -115,18 +117,11 @@ impl<K: StateKey> Problem<K> {
         let mut boxes = std::mem::take(&mut sc.boxes);
         let player = self.decode(key, &mut boxes);
         let patterns = self.patterns.as_deref();
-        let on_move = |next: &[u16], p: u16, m: BoxMove| {
-            let moved = self.board.neighbour(m.from, m.dir as usize);
-            if let Some(pc) = patterns {
-                if pc.is_deadlock(side, next, moved, p) {
-                    return;
-                }
-            }
-            emit(K::encode(&self.space, next, p), m);
-        };
+        let keep = |next: &[u16], moved: u16, p: u16| patterns.is_none_or(|pc| !pc.is_deadlock(side, next, moved, p));
+        let on_move = |next: &[u16], p: u16, m: BoxMove| emit(K::encode(&self.space, next, p), m);
         match side {
-            Side::Forward => for_each_push(&self.board, sc, &boxes, player, self.pruning, on_move),
-            Side::Backward => for_each_pull(&self.board, sc, &boxes, player, self.pruning, on_move),
+            Side::Forward => for_each_push_kept(&self.board, sc, &boxes, player, self.pruning, keep, on_move),
+            Side::Backward => for_each_pull_kept(&self.board, sc, &boxes, player, self.pruning, keep, on_move),
         }
         sc.boxes = boxes;
     }

@@ -46,6 +46,7 @@ pub struct Scratch {
     tmp_wall: Vec<bool>,
     frozen: Vec<u16>,
     budget: u32,
+    matching: Matching,
     pub boxes: Vec<u16>,
     pub next: Vec<u16>,
 }
@@ -64,6 +65,7 @@ impl Scratch {
             tmp_wall: vec![false; n],
             frozen: Vec::new(),
             budget: 0,
+            matching: Matching::default(),
             boxes: Vec::with_capacity(board.box_count()),
             next: Vec::with_capacity(board.box_count()),
         }
@@ -166,7 +168,8 @@ impl Scratch {
             left == 0
         };
         if whole {
-            let rest = if filled_in_region && filled == self.reach_min[0] { self.reach_min[1] } else { self.reach_min[0] };
+            let rest =
+                if filled_in_region && filled == self.reach_min[0] { self.reach_min[1] } else { self.reach_min[0] };
             min = rest.min(vacated);
         }
         if has_vacated {
@@ -319,6 +322,23 @@ pub fn for_each_push(
     boxes: &[u16],
     player: u16,
     pruning: Pruning,
+    emit: impl FnMut(&[u16], u16, BoxMove),
+) {
+    for_each_push_kept(board, sc, boxes, player, pruning, |_, _, _| true, emit)
+}
+
+/// [`for_each_push`] that first asks `keep(new_boxes, moved_to, player_square)`
+/// (the player square is one of its region, not the normalized one) and drops
+/// the push when it answers false. The question comes before the player is
+/// normalized, the dearest step of a move, so a pattern check that prunes
+/// saves it.
+pub fn for_each_push_kept(
+    board: &Board,
+    sc: &mut Scratch,
+    boxes: &[u16],
+    player: u16,
+    pruning: Pruning,
+    mut keep: impl FnMut(&[u16], u16, u16) -> bool,
     mut emit: impl FnMut(&[u16], u16, BoxMove),
 ) {
     sc.place(boxes);
@@ -336,9 +356,11 @@ pub fn for_each_push(
             }
             sc.occ[b as usize] = false;
             sc.occ[to as usize] = true;
-            let dead = pruning.freeze && push_freeze_deadlock(board, sc, to);
-            if !dead {
-                moved_boxes(boxes, b, to, &mut next);
+            moved_boxes(boxes, b, to, &mut next);
+            let dead = pruning.freeze
+                && (push_freeze_deadlock(board, sc, to)
+                    || (!sc.frozen.is_empty() && frozen_targets_unmatched(board, sc, &next, &board.goals, Side::Push)));
+            if !dead && keep(&next, to, b) {
                 let p = sc.normalize_after_move(board, b, to, b);
                 emit(&next, p, BoxMove { from: b, dir: d as u8 });
             }
@@ -359,6 +381,20 @@ pub fn for_each_pull(
     boxes: &[u16],
     player: u16,
     pruning: Pruning,
+    emit: impl FnMut(&[u16], u16, BoxMove),
+) {
+    for_each_pull_kept(board, sc, boxes, player, pruning, |_, _, _| true, emit)
+}
+
+/// [`for_each_pull`] with a `keep` question before normalization, as in
+/// [`for_each_push_kept`].
+pub fn for_each_pull_kept(
+    board: &Board,
+    sc: &mut Scratch,
+    boxes: &[u16],
+    player: u16,
+    pruning: Pruning,
+    mut keep: impl FnMut(&[u16], u16, u16) -> bool,
     mut emit: impl FnMut(&[u16], u16, BoxMove),
 ) {
     sc.place(boxes);
@@ -379,9 +415,12 @@ pub fn for_each_pull(
             }
             sc.occ[b as usize] = false;
             sc.occ[to as usize] = true;
-            let dead = pruning.freeze && pull_freeze_deadlock(board, sc, to);
-            if !dead {
-                moved_boxes(boxes, b, to, &mut next);
+            moved_boxes(boxes, b, to, &mut next);
+            let dead = pruning.freeze
+                && (pull_freeze_deadlock(board, sc, to)
+                    || (!sc.frozen.is_empty()
+                        && frozen_targets_unmatched(board, sc, &next, &board.start_boxes, Side::Pull)));
+            if !dead && keep(&next, to, step) {
                 let p = sc.normalize_after_move(board, b, to, step);
                 emit(&next, p, BoxMove { from: b, dir: d as u8 });
             }
@@ -437,6 +476,120 @@ fn push_axis_blocked(board: &Board, sc: &mut Scratch, b: u16, axis: usize) -> bo
         return true;
     }
     (sc.occ[a as usize] && push_frozen(board, sc, a)) || (sc.occ[c as usize] && push_frozen(board, sc, c))
+}
+
+/// Which moves a box makes in [`frozen_targets_unmatched`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Push,
+    Pull,
+}
+
+/// Buffers of the frozen-target matching.
+#[derive(Debug, Clone, Default)]
+struct Matching {
+    boxes: Vec<u16>,
+    targets: Vec<u16>,
+    /// Per free target, `row` words: the squares a box can get to it from.
+    reach: Vec<u64>,
+    queue: Vec<u16>,
+    /// Per target: the box index matched to it, or `u32::MAX`.
+    owner: Vec<u32>,
+    /// Per target: the augmenting round that last visited it.
+    seen: Vec<u32>,
+}
+
+/// After a move froze boxes that all sit on targets (`sc.frozen`; goals forward,
+/// start squares backward), true when the boxes that can still move cannot each
+/// be brought to a different free target. Why that is sound: frozen boxes never
+/// move again on any path to the targets (each is blocked on both axes by walls,
+/// dead squares or other frozen boxes, forever), so they are walls; boxes that
+/// can move only ever hinder each other, and the player can only be more
+/// restricted than anywhere at all. So the test drops every other box, lets the
+/// player stand on any free square, and asks for a perfect matching of movable
+/// boxes to free targets over "this box can reach that target": if even that
+/// fails, no continuation places the boxes. Heiner lists this matching over the
+/// 1-PG reachability as an extension of his tables; here it runs only when a box
+/// freezes on a target, so its cost is rare. On Microban I #153 it catches a box
+/// pushed into the corner below the goal column before the column is full, a
+/// deadlock the k-PG tables only see at k = 5 and up, as 10^5 patterns.
+fn frozen_targets_unmatched(board: &Board, sc: &mut Scratch, boxes: &[u16], targets: &[u16], side: Side) -> bool {
+    for &f in &sc.frozen {
+        sc.tmp_wall[f as usize] = true;
+    }
+    let m = &mut sc.matching;
+    let walls = &sc.tmp_wall;
+    m.boxes.clear();
+    m.boxes.extend(boxes.iter().copied().filter(|&b| !walls[b as usize]));
+    m.targets.clear();
+    m.targets.extend(targets.iter().copied().filter(|&t| !walls[t as usize]));
+    let dead = if m.boxes.len() > m.targets.len() {
+        true
+    } else {
+        let row = board.floor_count().div_ceil(64);
+        m.reach.clear();
+        m.reach.resize(m.targets.len() * row, 0);
+        for (j, &t) in m.targets.iter().enumerate() {
+            let bits = &mut m.reach[j * row..(j + 1) * row];
+            bits[t as usize / 64] |= 1 << (t % 64);
+            m.queue.clear();
+            m.queue.push(t);
+            while let Some(u) = m.queue.pop() {
+                for d in 0..DIRS {
+                    // forward: a push in `d` that ends on `u` came from `s`, the
+                    // player behind it on `p`; backward: a pull that ends on `u`
+                    // is the reverse of a push from `u`, player on the far side
+                    let (s, p) = match side {
+                        Side::Push => {
+                            let s = board.neighbour(u, opposite(d));
+                            (s, if s == NONE { NONE } else { board.neighbour(s, opposite(d)) })
+                        }
+                        Side::Pull => (board.neighbour(u, d), board.neighbour(u, opposite(d))),
+                    };
+                    if s == NONE || p == NONE || walls[s as usize] || walls[p as usize] {
+                        continue;
+                    }
+                    if bits[s as usize / 64] >> (s % 64) & 1 == 0 {
+                        bits[s as usize / 64] |= 1 << (s % 64);
+                        m.queue.push(s);
+                    }
+                }
+            }
+        }
+        m.owner.clear();
+        m.owner.resize(m.targets.len(), u32::MAX);
+        m.seen.clear();
+        m.seen.resize(m.targets.len(), 0);
+        let mut matched = true;
+        for i in 0..m.boxes.len() {
+            if !augment(m, row, i, i as u32 + 1) {
+                matched = false;
+                break;
+            }
+        }
+        !matched
+    };
+    for &f in &sc.frozen {
+        sc.tmp_wall[f as usize] = false;
+    }
+    dead
+}
+
+/// Kuhn's augmenting path from box `i`, in round `round`.
+fn augment(m: &mut Matching, row: usize, i: usize, round: u32) -> bool {
+    let b = m.boxes[i];
+    for j in 0..m.targets.len() {
+        if m.seen[j] == round || m.reach[j * row + b as usize / 64] >> (b % 64) & 1 == 0 {
+            continue;
+        }
+        m.seen[j] = round;
+        let owner = m.owner[j];
+        if owner == u32::MAX || augment(m, row, owner as usize, round) {
+            m.owner[j] = i as u32;
+            return true;
+        }
+    }
+    false
 }
 
 /// Backward freeze test after a pull onto `moved`: true when the moved box can never
@@ -566,6 +719,42 @@ mod tests {
         let mut got = Vec::new();
         for_each_pull(&b, &mut sc, &boxes, 0, Pruning::NONE, |bx, p, _| got.push((bx.to_vec(), p)));
         assert_eq!(got, vec![(vec![1u16], 0u16)]);
+    }
+
+    /// Microban I #153 with one start box moved to `at` (1-based grid column,
+    /// row) and the player on `player`: the pushes of the box on `at` that
+    /// `pruning` keeps, as target squares.
+    fn pushes_in_153(at: (usize, usize), player: (usize, usize), pruning: Pruning) -> Vec<(usize, usize)> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
+        let text = std::fs::read_to_string(path).unwrap();
+        let level = crate::model::level::split_collection(&text, path)[152].parse().unwrap();
+        let b = Board::new(&level).unwrap();
+        let square = |c: (usize, usize)| (0..b.floor_count() as u16).find(|&f| b.coords(f) == c).unwrap();
+        let mut boxes = b.start_boxes[1..].to_vec();
+        boxes.push(square(at));
+        boxes.sort_unstable();
+        let mut sc = Scratch::new(&b);
+        let mut to = Vec::new();
+        for_each_push(&b, &mut sc, &boxes, square(player), pruning, |_, _, m| {
+            if m.from == square(at) {
+                to.push(b.coords(b.neighbour(m.from, m.dir as usize)));
+            }
+        });
+        to
+    }
+
+    /// Regression for what the k-PG tables caught only at k = 5, as 10^5
+    /// patterns: on #153 a box pushed into the goal corner below the goal column
+    /// freezes there on a goal, and the column can never be filled (boxes go up
+    /// it only pushed from that corner). The frozen-target matching drops it.
+    #[test]
+    fn box_frozen_below_the_goal_column_is_a_deadlock() {
+        // the box beside the corner, the player right of it
+        assert!(pushes_in_153((3, 9), (4, 9), Pruning::NONE).contains(&(2, 9)));
+        assert!(!pushes_in_153((3, 9), (4, 9), Pruning::ALL).contains(&(2, 9)));
+        // a box pushed to the top of the column freezes on a goal too, but every
+        // other box can still reach a free goal: kept
+        assert_eq!(pushes_in_153((2, 3), (2, 4), Pruning::ALL), vec![(2, 2)]);
     }
 
     #[test]
