@@ -56,10 +56,17 @@ fn key_benches(c: &mut Criterion) {
     keys::<BitKey<16>>(c, "bits1024", 1000, 100);
 }
 
-/// The cost of the k-PG check per generated successor on Microban I #144.
+/// The cost of the k-PG check per generated successor: Microban I #144 at
+/// k <= 1..3, and #153 at k <= 3 and 5 (where the forward table holds about
+/// 10^5 patterns).
 fn pattern_benches(c: &mut Criterion) {
+    pattern_bench(c, 144, &[1, 2, 3]);
+    pattern_bench(c, 153, &[3, 5]);
+}
+
+fn pattern_bench(c: &mut Criterion, index: usize, ks: &[usize]) {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb")).unwrap();
-    let level = split_collection(&text, "mb").swap_remove(143).parse().unwrap();
+    let level = split_collection(&text, "mb").swap_remove(index - 1).parse().unwrap();
     let board = Arc::new(Board::new(&level).unwrap());
     let problem = Problem::<u64>::full(board.clone(), Pruning::ALL, None);
     // a few hundred real states near the start, with their moves
@@ -77,9 +84,9 @@ fn pattern_benches(c: &mut Criterion) {
         }
         frontier = next;
     }
-    for k in 1..=3 {
+    for &k in ks {
         let (tables, _) = build_tables(board.clone(), k, 4, &AtomicBool::new(false), &NoProgress).unwrap();
-        c.bench_function(&format!("k-PG check per state, k<={k} (Microban 144)"), |b| {
+        c.bench_function(&format!("k-PG check per state, k<={k} (Microban {index})"), |b| {
             let mut boxes = Vec::new();
             let mut i = 0;
             b.iter(|| {

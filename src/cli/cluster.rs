@@ -136,7 +136,7 @@ pub struct SubmitArgs {
     /// Stop a level (status `limit`) once this many states are stored.
     #[arg(long)]
     pub max_states: Option<u64>,
-    /// Turn off freeze-deadlock pruning.
+    /// Turn off freeze-deadlock pruning and the frozen-target matching built on it.
     #[arg(long)]
     pub no_freeze: bool,
     /// One JSON object per level on stdout.

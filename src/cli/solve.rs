@@ -59,7 +59,8 @@ pub struct SolveArgs {
     /// Which layers stay in RAM when they do not all fit (oldest, newest, none).
     #[arg(long, value_name = "POLICY", default_value = "oldest", value_parser = parse_policy)]
     pub spill_policy: SpillPolicy,
-    /// Turn off freeze-deadlock pruning (dead squares stay on).
+    /// Turn off freeze-deadlock pruning and the frozen-target matching built on
+    /// it (dead squares stay on).
     #[arg(long)]
     pub no_freeze: bool,
     /// Build k-PG deadlock tables up to this k in memory before each solve (1 to 8).
