@@ -220,7 +220,8 @@ impl DeadlockTables {
 
     /// The check by brute force, for tests: any pattern of any k that holds the
     /// moved box, lies inside `boxes` and is dead for `player`.
-    pub fn is_deadlock_by_scan(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool {
+    #[cfg(test)]
+    fn is_deadlock_by_scan(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool {
         self.tables.iter().any(|t| {
             let set = match side {
                 Side::Forward => &t.forward,

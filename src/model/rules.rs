@@ -1,4 +1,5 @@
-//! Push and pull generation with player normalization, and the freeze-deadlock tests.
+//! Push and pull generation with player normalization, the freeze-deadlock tests
+//! and the frozen-target matching.
 //!
 //! A state is a sorted box list plus the normalized player square: the smallest floor
 //! index the player can reach. A forward move is a walk plus one push; a backward
@@ -359,7 +360,7 @@ pub fn for_each_push_kept(
             moved_boxes(boxes, b, to, &mut next);
             let dead = pruning.freeze
                 && (push_freeze_deadlock(board, sc, to)
-                    || (!sc.frozen.is_empty() && frozen_targets_unmatched(board, sc, &next, &board.goals, Side::Push)));
+                    || (!sc.frozen.is_empty() && frozen_targets_unmatched(board, sc, &next, &board.goals, MoveKind::Push)));
             if !dead && keep(&next, to, b) {
                 let p = sc.normalize_after_move(board, b, to, b);
                 emit(&next, p, BoxMove { from: b, dir: d as u8 });
@@ -419,7 +420,7 @@ pub fn for_each_pull_kept(
             let dead = pruning.freeze
                 && (pull_freeze_deadlock(board, sc, to)
                     || (!sc.frozen.is_empty()
-                        && frozen_targets_unmatched(board, sc, &next, &board.start_boxes, Side::Pull)));
+                        && frozen_targets_unmatched(board, sc, &next, &board.start_boxes, MoveKind::Pull)));
             if !dead && keep(&next, to, step) {
                 let p = sc.normalize_after_move(board, b, to, step);
                 emit(&next, p, BoxMove { from: b, dir: d as u8 });
@@ -480,7 +481,7 @@ fn push_axis_blocked(board: &Board, sc: &mut Scratch, b: u16, axis: usize) -> bo
 
 /// Which moves a box makes in [`frozen_targets_unmatched`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
+enum MoveKind {
     Push,
     Pull,
 }
@@ -513,7 +514,7 @@ struct Matching {
 /// freezes on a target, so its cost is rare. On Microban I #153 it catches a box
 /// pushed into the corner below the goal column before the column is full, a
 /// deadlock the k-PG tables only see at k = 5 and up, as 10^5 patterns.
-fn frozen_targets_unmatched(board: &Board, sc: &mut Scratch, boxes: &[u16], targets: &[u16], side: Side) -> bool {
+fn frozen_targets_unmatched(board: &Board, sc: &mut Scratch, boxes: &[u16], targets: &[u16], kind: MoveKind) -> bool {
     for &f in &sc.frozen {
         sc.tmp_wall[f as usize] = true;
     }
@@ -539,12 +540,12 @@ fn frozen_targets_unmatched(board: &Board, sc: &mut Scratch, boxes: &[u16], targ
                     // forward: a push in `d` that ends on `u` came from `s`, the
                     // player behind it on `p`; backward: a pull that ends on `u`
                     // is the reverse of a push from `u`, player on the far side
-                    let (s, p) = match side {
-                        Side::Push => {
+                    let (s, p) = match kind {
+                        MoveKind::Push => {
                             let s = board.neighbour(u, opposite(d));
                             (s, if s == NONE { NONE } else { board.neighbour(s, opposite(d)) })
                         }
-                        Side::Pull => (board.neighbour(u, d), board.neighbour(u, opposite(d))),
+                        MoveKind::Pull => (board.neighbour(u, d), board.neighbour(u, opposite(d))),
                     };
                     if s == NONE || p == NONE || walls[s as usize] || walls[p as usize] {
                         continue;
