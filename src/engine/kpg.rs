@@ -97,10 +97,7 @@ impl PatternSet {
                 walls[b as usize] = true;
             }
             for &start in list {
-                if start as usize >= floor
-                    || walls[start as usize]
-                    || bits[start as usize / 64] >> (start % 64) & 1 != 0
-                {
+                if start as usize >= floor || walls[start as usize] || has_bit(bits, start) {
                     continue;
                 }
                 queue.clear();
@@ -109,10 +106,7 @@ impl PatternSet {
                 while let Some(f) = queue.pop() {
                     for d in 0..crate::model::board::DIRS {
                         let g = board.neighbour(f, d);
-                        if g != crate::model::board::NONE
-                            && !walls[g as usize]
-                            && bits[g as usize / 64] >> (g % 64) & 1 == 0
-                        {
+                        if g != crate::model::board::NONE && !walls[g as usize] && !has_bit(bits, g) {
                             bits[g as usize / 64] |= 1 << (g % 64);
                             queue.push(g);
                         }
@@ -139,6 +133,12 @@ impl PatternSet {
 
 /// The lookup value of a pattern dead for every player region.
 const ANY_PLAYER: u32 = u32::MAX;
+
+/// Bit `i` of a square bitset.
+#[inline]
+fn has_bit(words: &[u64], i: u16) -> bool {
+    words[i as usize / 64] >> (i % 64) & 1 != 0
+}
 
 /// Two sets are equal when their patterns are: the lookup is derived data.
 impl PartialEq for PatternSet {
@@ -233,7 +233,7 @@ impl DeadlockTables {
                     && pattern.iter().all(|b| boxes.contains(b))
                     && match set.lookup[&key] {
                         ANY_PLAYER => true,
-                        at => set.dead_squares[at as usize + player as usize / 64] >> (player % 64) & 1 != 0,
+                        at => has_bit(&set.dead_squares[at as usize..], player),
                     }
             })
         })
@@ -403,7 +403,7 @@ impl PatternTrie {
             NO_PATTERN => {}
             ANY_PLAYER => return true,
             at => {
-                if self.dead_squares[at as usize + player as usize / 64] >> (player % 64) & 1 != 0 {
+                if has_bit(&self.dead_squares[at as usize..], player) {
                     return true;
                 }
             }
@@ -433,20 +433,9 @@ pub fn for_each_combination(n: usize, k: usize, mut f: impl FnMut(&[usize]) -> b
     if k > n {
         return;
     }
-    // subsets are small (k <= MAX_K in the checks): no allocation per call
-    let mut stack = [0usize; 8];
-    let mut heap = Vec::new();
-    let idx: &mut [usize] = if k <= stack.len() {
-        &mut stack[..k]
-    } else {
-        heap.resize(k, 0);
-        &mut heap
-    };
-    for (i, x) in idx.iter_mut().enumerate() {
-        *x = i;
-    }
+    let mut idx: Vec<usize> = (0..k).collect();
     loop {
-        if f(idx) {
+        if f(&idx) {
             return;
         }
         // the rightmost index that can still move right moves, the rest follow it
@@ -637,7 +626,6 @@ fn patterns_of(problem: &Problem<u64>, found: &[u64], other: &[u64]) -> PatternS
             set.insert(&boxes, DeadPlayers::Any);
         }
     }
-    set.index_players(&problem.board, k);
     set
 }
 
@@ -690,7 +678,7 @@ mod tests {
                                 continue;
                             }
                             let flooded = list.binary_search(&normalize_player(&board, &mut sc, &boxes, p)).is_ok();
-                            let bit = set.dead_squares[at + p as usize / 64] >> (p % 64) & 1 != 0;
+                            let bit = has_bit(&set.dead_squares[at..], p);
                             assert_eq!(bit, flooded, "level {}, boxes {boxes:?}, player {p}", i + 1);
                             checked += 1;
                         }

@@ -358,9 +358,7 @@ pub fn for_each_push_kept(
             sc.occ[b as usize] = false;
             sc.occ[to as usize] = true;
             moved_boxes(boxes, b, to, &mut next);
-            let dead = pruning.freeze
-                && (push_freeze_deadlock(board, sc, to)
-                    || (!sc.frozen.is_empty() && frozen_targets_unmatched(board, sc, &next, &board.goals, MoveKind::Push)));
+            let dead = pruning.freeze && frozen_dead(board, sc, &next, to, MoveKind::Push);
             if !dead && keep(&next, to, b) {
                 let p = sc.normalize_after_move(board, b, to, b);
                 emit(&next, p, BoxMove { from: b, dir: d as u8 });
@@ -417,10 +415,7 @@ pub fn for_each_pull_kept(
             sc.occ[b as usize] = false;
             sc.occ[to as usize] = true;
             moved_boxes(boxes, b, to, &mut next);
-            let dead = pruning.freeze
-                && (pull_freeze_deadlock(board, sc, to)
-                    || (!sc.frozen.is_empty()
-                        && frozen_targets_unmatched(board, sc, &next, &board.start_boxes, MoveKind::Pull)));
+            let dead = pruning.freeze && frozen_dead(board, sc, &next, to, MoveKind::Pull);
             if !dead && keep(&next, to, step) {
                 let p = sc.normalize_after_move(board, b, to, step);
                 emit(&next, p, BoxMove { from: b, dir: d as u8 });
@@ -477,6 +472,18 @@ fn push_axis_blocked(board: &Board, sc: &mut Scratch, b: u16, axis: usize) -> bo
         return true;
     }
     (sc.occ[a as usize] && push_frozen(board, sc, a)) || (sc.occ[c as usize] && push_frozen(board, sc, c))
+}
+
+/// The freeze prunings after a move onto `moved` (occupancy updated, `boxes`
+/// the new set): a box frozen off its targets, or frozen boxes all on targets
+/// that leave the others no matching.
+fn frozen_dead(board: &Board, sc: &mut Scratch, boxes: &[u16], moved: u16, kind: MoveKind) -> bool {
+    let (off_target, targets) = match kind {
+        MoveKind::Push => (push_freeze_deadlock(board, sc, moved), &board.goals),
+        MoveKind::Pull => (pull_freeze_deadlock(board, sc, moved), &board.start_boxes),
+    };
+    // the freeze tests leave the frozen set in `sc.frozen`, empty when `moved` is not frozen
+    off_target || (!sc.frozen.is_empty() && frozen_targets_unmatched(board, sc, boxes, targets, kind))
 }
 
 /// Which moves a box makes in [`frozen_targets_unmatched`].
