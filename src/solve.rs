@@ -85,7 +85,7 @@ impl Default for SolveOptions {
     fn default() -> Self {
         SolveOptions {
             partitions: default_partitions(2),
-            pruning: Pruning::ALL,
+            pruning: Pruning::SOLVE,
             max_states: None,
             patterns: None,
             memory_budget: None,
@@ -225,10 +225,8 @@ pub fn seeds<K: StateKey>(problem: &Problem<K>) -> (Vec<K>, Vec<K>) {
     let mut sc = Scratch::new(board);
     let start_player = normalize_player(board, &mut sc, &board.start_boxes, board.start_player);
     let starts = vec![problem.encode(&board.start_boxes, start_player)];
-    let goals = goal_states(board, &mut sc, &board.goals)
-        .into_iter()
-        .map(|p| problem.encode(&board.goals, p))
-        .collect();
+    let goals =
+        goal_states(board, &mut sc, &board.goals).into_iter().map(|p| problem.encode(&board.goals, p)).collect();
     (starts, goals)
 }
 

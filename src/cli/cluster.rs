@@ -46,10 +46,7 @@ impl NetArgs {
     pub fn config(&self) -> Result<NetConfig> {
         let token = self.token.clone().unwrap_or_default();
         anyhow::ensure!(!token.is_empty(), "a cluster command needs the cluster token: --token or SOKOSHARD_TOKEN");
-        anyhow::ensure!(
-            self.tls_cert.is_some() == self.tls_key.is_some(),
-            "--tls-cert and --tls-key go together"
-        );
+        anyhow::ensure!(self.tls_cert.is_some() == self.tls_key.is_some(), "--tls-cert and --tls-key go together");
         let mut net = NetConfig::new(token);
         if self.tls_cert.is_some() || self.tls_ca.is_some() {
             net.tls = Some(TlsFiles {
@@ -139,6 +136,9 @@ pub struct SubmitArgs {
     /// Turn off freeze-deadlock pruning and the frozen-target matching built on it.
     #[arg(long)]
     pub no_freeze: bool,
+    /// Turn off the PI-corral move restriction of the forward search.
+    #[arg(long)]
+    pub no_pi_corrals: bool,
     /// One JSON object per level on stdout.
     #[arg(long)]
     pub json: bool,
@@ -259,6 +259,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
     let opts = SubmitOptions {
         partitions: a.partitions.unwrap_or(0),
         no_freeze: a.no_freeze,
+        no_pi_corrals: a.no_pi_corrals,
         max_states: a.max_states,
         timeout: a.timeout,
         kpg: a.kpg,

@@ -1,17 +1,17 @@
 //! `solve`: solve levels in this process and print text, JSON or SOK output.
 
+use super::deadlocks::KProgress;
 use super::progress::LayerProgress;
 use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
+use sokoshard::engine::kpg::{build_tables, MAX_K};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::{Level, LevelText};
 use sokoshard::model::rules::Pruning;
-use super::deadlocks::KProgress;
-use sokoshard::engine::kpg::{build_tables, MAX_K};
-use sokoshard::storage::kdb;
 use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
 use sokoshard::storage::budget::parse_size;
 use sokoshard::storage::disk::SpillPolicy;
+use sokoshard::storage::kdb;
 use sokoshard::storage::spill::check_spill_base;
 use sokoshard::sys::{human_bytes, peak_rss_bytes};
 use std::io::Write;
@@ -63,6 +63,10 @@ pub struct SolveArgs {
     /// it (dead squares stay on).
     #[arg(long)]
     pub no_freeze: bool,
+    /// Turn off the PI-corral move restriction of the forward search (when the
+    /// player can reach every push into a fenced-off area, only those pushes).
+    #[arg(long)]
+    pub no_pi_corrals: bool,
     /// Build k-PG deadlock tables up to this k in memory before each solve (1 to 8).
     /// Without it the solve still prunes dead squares, the player-free part of the
     /// 1-PG table; `--kpg 0` turns that off too and uses no table at all.
@@ -126,7 +130,11 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         partitions: args.partitions.unwrap_or_else(|| sokoshard::solve::default_partitions(threads)),
         // dead squares are the 1-PG's verdict on lone boxes (Heiner's "dead
         // locations"), so `--kpg 0`, no table at all, does without them
-        pruning: Pruning { dead_squares: args.kpg != Some(0), freeze: !args.no_freeze },
+        pruning: Pruning {
+            dead_squares: args.kpg != Some(0),
+            freeze: !args.no_freeze,
+            pi_corrals: !args.no_pi_corrals,
+        },
         max_states: args.max_states,
         patterns: None,
         memory_budget: args.mem,
@@ -310,11 +318,7 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                     let _ = writeln!(out, "{head}: {}{why}", other.name());
                 }
             }
-            let _ = writeln!(
-                out,
-                "  states: {} stored, {} generated; {:.3} s",
-                r.states, r.generated, r.seconds
-            );
+            let _ = writeln!(out, "  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds);
             if let Some(st) = &r.storage {
                 let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
                 let _ = writeln!(
@@ -349,7 +353,10 @@ pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) {
     let count = |s: Status| statuses.iter().filter(|o| **o == Some(s)).count();
     let errors = statuses.iter().filter(|o| o.is_none()).count();
     println!();
-    println!("{:>10} {:>10} {:>10} {:>10} {:>10} {:>12}", "solved", "unsolvable", "timeout", "limit", "error", "total time");
+    println!(
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "solved", "unsolvable", "timeout", "limit", "error", "total time"
+    );
     println!(
         "{:>10} {:>10} {:>10} {:>10} {:>10} {:>11.1}s",
         count(Status::Solved),

@@ -69,6 +69,7 @@ pub struct WorkerView {
 pub struct SubmitOptions {
     pub partitions: u32,
     pub no_freeze: bool,
+    pub no_pi_corrals: bool,
     pub max_states: Option<u64>,
     pub timeout: Option<f64>,
     pub kpg: Option<u32>,
@@ -162,7 +163,13 @@ impl Client {
     }
 
     /// Submits one level (its XSB text); returns the job id.
-    pub async fn submit(&mut self, level_text: &str, title: &str, index: u32, o: &SubmitOptions) -> Result<u64, ClusterError> {
+    pub async fn submit(
+        &mut self,
+        level_text: &str,
+        title: &str,
+        index: u32,
+        o: &SubmitOptions,
+    ) -> Result<u64, ClusterError> {
         let req = SubmitRequest {
             protocol_version: PROTOCOL_VERSION,
             kind: JobKind::Solve as i32,
@@ -172,6 +179,7 @@ impl Client {
             options: Some(JobOptions {
                 partitions: o.partitions,
                 no_freeze: o.no_freeze,
+                no_pi_corrals: o.no_pi_corrals,
                 max_states: o.max_states.unwrap_or(0),
                 timeout: o.timeout.unwrap_or(0.0),
                 kpg: o.kpg.unwrap_or(0),
@@ -270,7 +278,8 @@ impl Client {
     }
 
     pub async fn cancel(&mut self, id: u64) -> Result<String, ClusterError> {
-        let r = self.rpc.cancel(CancelRequest { job_id: id }).await.map_err(|s| status_err("cancelling", &self.addr, s))?;
+        let r =
+            self.rpc.cancel(CancelRequest { job_id: id }).await.map_err(|s| status_err("cancelling", &self.addr, s))?;
         Ok(state_name(r.into_inner().state).into())
     }
 
@@ -285,8 +294,7 @@ impl Client {
             .list_workers(ListWorkersRequest {})
             .await
             .map_err(|s| status_err("listing workers", &self.addr, s))?;
-        Ok(r
-            .into_inner()
+        Ok(r.into_inner()
             .workers
             .into_iter()
             .map(|w| {

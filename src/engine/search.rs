@@ -4,23 +4,30 @@
 //! # Why the first meeting is push-optimal
 //!
 //! Let `F_i` be the forward layers (states first reached after exactly `i` pushes,
-//! in the pruned graph) and `B_j` the backward layers. Pruning is sound: the forward
-//! search only drops states that cannot reach the goal and the backward search only
-//! drops states the start cannot reach, so every state of every optimal solution
-//! survives on both sides. Invariant before each step: `F_0..=F_d` and `B_0..=B_m`
-//! are pairwise disjoint across sides. Suppose a solution `s_0..s_L` had
-//! `L <= d + m`. With `i = min(d, L)`, `s_i` has forward distance `<= i <= d` and
-//! backward distance `<= L - i <= m`, so it lies in both collections: contradiction.
-//! So every solution has `L >= d + m + 1`. When the new layer `F_{d+1}` first meets
-//! some `B_j` (`j <= m`), the joined path has `d + 1 + j` pushes, which is
-//! `>= d + m + 1`, so `j = m` and the length `d + 1 + m` is optimal. The same holds
-//! with the sides swapped. Hence: check each new layer against every layer of the
-//! other side, stop at the first hit; a hit below the other side's last layer would
-//! break the proof and is reported as an internal error instead of a wrong answer.
+//! in the pruned graph) and `B_j` the backward layers. Every layer holds only
+//! states reached by real moves, so a state of `F_i` is `i` pushes from the start
+//! and one of `B_j` is `j` pushes from the goal. Pruning keeps one optimal
+//! solution `s_0..s_L` whole, each `s_i` in `F_i` and in `B_{L-i}`: the state
+//! prunings (dead squares, freezes, k-PG tables, the matching) drop only states
+//! that cannot reach the goal (forward) or that the start cannot reach
+//! (backward), and the forward PI-corral restriction keeps, from every state, the
+//! first push of some optimal solution from there. Take `s_0` the start and
+//! `s_{i+1}` the state that push leads to from `s_i`: it is generated from
+//! `s_i`, and no path reaches it in fewer than `i + 1` pushes.
 //!
-//! If either side runs dry without a meeting, every state on any solution would
-//! have been found by that side and checked against the other: the level is
-//! unsolvable.
+//! Invariant before each step: `F_0..=F_d` and `B_0..=B_m` are pairwise disjoint
+//! across sides. Suppose `L <= d + m`. With `i = min(d, L)`, `s_i` lies in `F_i`
+//! (`i <= d`) and in `B_{L-i}` (`L - i <= m`): contradiction. So `L >= d + m + 1`.
+//! When the new layer `F_{d+1}` first meets some `B_j` (`j <= m`), the joined
+//! path is a real solution of `d + 1 + j` pushes, so `d + 1 + j >= L >= d + m + 1`:
+//! `j = m` and the length `d + 1 + m` is optimal. The same holds with the sides
+//! swapped. Hence: check each new layer against every layer of the other side,
+//! stop at the first hit; a hit below the other side's last layer would break the
+//! proof and is reported as an internal error instead of a wrong answer.
+//!
+//! If either side runs dry without a meeting, the kept solution cannot exist
+//! (each of its states would have been found by that side and checked against
+//! the other): the level is unsolvable.
 
 use super::layer::{expand, merge};
 use super::partition::{Exchange, PartitionStore, Partitioner};

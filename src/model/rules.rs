@@ -24,11 +24,20 @@ pub struct Pruning {
     /// Drop moves that freeze a box off its target (forward: off a goal; backward: a
     /// box that can never be pulled again, off a start square).
     pub freeze: bool,
+    /// Forward only: when the state has a PI-corral, generate only the pushes into
+    /// it (see [`pi_corral_pushes`]). Unlike the others this drops moves,
+    /// not states: some optimal solution survives, but states the restricted moves
+    /// skip are never reached. It suits the bidirectional search, never an
+    /// exhaustive exploration such as a k-PG game, whose reached set must be whole.
+    pub pi_corrals: bool,
 }
 
 impl Pruning {
-    pub const NONE: Pruning = Pruning { dead_squares: false, freeze: false };
-    pub const ALL: Pruning = Pruning { dead_squares: true, freeze: true };
+    pub const NONE: Pruning = Pruning { dead_squares: false, freeze: false, pi_corrals: false };
+    /// Every state pruning; no move restriction (what exhaustive explorations use).
+    pub const ALL: Pruning = Pruning { dead_squares: true, freeze: true, pi_corrals: false };
+    /// What a solve uses: every state pruning plus the PI-corral restriction.
+    pub const SOLVE: Pruning = Pruning { pi_corrals: true, ..Pruning::ALL };
 }
 
 /// Per-thread buffers for generation.
@@ -48,6 +57,7 @@ pub struct Scratch {
     frozen: Vec<u16>,
     budget: u32,
     matching: Matching,
+    corral: Corrals,
     pub boxes: Vec<u16>,
     pub next: Vec<u16>,
 }
@@ -67,6 +77,7 @@ impl Scratch {
             frozen: Vec::new(),
             budget: 0,
             matching: Matching::default(),
+            corral: Corrals { mark: vec![0; n], fence_mark: vec![0; n], ..Corrals::default() },
             boxes: Vec::with_capacity(board.box_count()),
             next: Vec::with_capacity(board.box_count()),
         }
@@ -345,26 +356,37 @@ pub fn for_each_push_kept(
     sc.place(boxes);
     sc.flood_reach(board, player);
     let mut next = std::mem::take(&mut sc.next);
-    for &b in boxes {
-        for d in 0..DIRS {
-            let behind = board.neighbour(b, opposite(d));
-            let to = board.neighbour(b, d);
-            if behind == NONE || to == NONE || sc.occ[to as usize] || !sc.reachable(behind) {
-                continue;
+    let mut push = |sc: &mut Scratch, b: u16, d: usize| {
+        let behind = board.neighbour(b, opposite(d));
+        let to = board.neighbour(b, d);
+        if behind == NONE || to == NONE || sc.occ[to as usize] || !sc.reachable(behind) {
+            return;
+        }
+        if pruning.dead_squares && board.dead_forward[to as usize] {
+            return;
+        }
+        sc.occ[b as usize] = false;
+        sc.occ[to as usize] = true;
+        moved_boxes(boxes, b, to, &mut next);
+        let dead = pruning.freeze && frozen_dead(board, sc, &next, to, MoveKind::Push);
+        if !dead && keep(&next, to, b) {
+            let p = sc.normalize_after_move(board, b, to, b);
+            emit(&next, p, BoxMove { from: b, dir: d as u8 });
+        }
+        sc.occ[to as usize] = false;
+        sc.occ[b as usize] = true;
+    };
+    if pruning.pi_corrals && pi_corral_pushes(board, sc) {
+        let pushes = std::mem::take(&mut sc.corral.best);
+        for &(b, d) in &pushes {
+            push(sc, b, d as usize);
+        }
+        sc.corral.best = pushes;
+    } else {
+        for &b in boxes {
+            for d in 0..DIRS {
+                push(sc, b, d);
             }
-            if pruning.dead_squares && board.dead_forward[to as usize] {
-                continue;
-            }
-            sc.occ[b as usize] = false;
-            sc.occ[to as usize] = true;
-            moved_boxes(boxes, b, to, &mut next);
-            let dead = pruning.freeze && frozen_dead(board, sc, &next, to, MoveKind::Push);
-            if !dead && keep(&next, to, b) {
-                let p = sc.normalize_after_move(board, b, to, b);
-                emit(&next, p, BoxMove { from: b, dir: d as u8 });
-            }
-            sc.occ[to as usize] = false;
-            sc.occ[b as usize] = true;
         }
     }
     sc.next = next;
@@ -426,6 +448,132 @@ pub fn for_each_pull_kept(
     }
     sc.next = next;
     sc.clear(boxes);
+}
+
+/// Buffers of the PI-corral search.
+#[derive(Debug, Clone, Default)]
+struct Corrals {
+    /// Per square: the stamp of the corral area that holds it.
+    mark: Vec<u32>,
+    /// Per square: the stamp of the corral whose fence holds the box on it.
+    fence_mark: Vec<u32>,
+    stamp: u32,
+    area: Vec<u16>,
+    fence: Vec<u16>,
+    pushes: Vec<(u16, u8)>,
+    /// The pushes of the chosen corral (valid after `pi_corral_pushes` says true).
+    best: Vec<(u16, u8)>,
+}
+
+/// Looks for a PI-corral (Meger's pruning, in YASS) in the current state
+/// (occupancy placed, player region flooded) and leaves the legal pushes into the
+/// corral with the fewest of them in `sc.corral.best`. False when there is none.
+///
+/// A corral here is an area `A`: a connected set of free squares the player cannot
+/// reach. Its fence `F` is the boxes next to `A`; walls and `F` enclose `A`. It
+/// qualifies when (1) it must be opened: a box of `F` is off goal or `A` holds a
+/// goal; (2) every push of a box of `F` that does not go into `A` is impossible
+/// until a box of `F` moves: its target is a wall, a box of `F` or a dead square,
+/// or its player square is a wall, a box of `F` or in `A`; (3) every push into `A`
+/// is either legal now (player square reachable) or impossible until a box of `F`
+/// moves (player square a wall, a box of `F` or in `A`).
+///
+/// Why the restriction keeps a push-optimal solution. Take any optimal solution
+/// and its first push `t` of a box of `F` (by (1) there is one). Before `t` no box
+/// of `F` moves, so the fence stands: no other box can enter `A` (it would have
+/// to stand next to `A`, where only walls and `F` are) and the player never walks
+/// in `A`. So by (2) `t` goes into `A` and by (3) it is legal already now. Doing
+/// `t` first and then the earlier pushes in order is legal too: they move boxes
+/// outside `A` whose targets are not in `A`, and every walk avoided `A`, where `t`
+/// put its box, while `t` only freed a square. After them the boxes are where the
+/// solution had them, and the player, where the last earlier push left him, still
+/// walks to the square `t` vacated (his walk to `t`'s player square avoided `A`).
+/// So from here an optimal solution starts with a push into the corral, and every
+/// state on it is solvable, so no sound state pruning drops it. If a qualifying
+/// corral has no legal push inward the state is unsolvable, and it gets no
+/// successors.
+fn pi_corral_pushes(board: &Board, sc: &mut Scratch) -> bool {
+    let n = board.floor_count();
+    let c = &mut sc.corral;
+    // one stamp per area; start over when a state's areas could overflow them
+    if c.stamp > u32::MAX - n as u32 - 1 {
+        c.mark.iter_mut().for_each(|m| *m = 0);
+        c.fence_mark.iter_mut().for_each(|m| *m = 0);
+        c.stamp = 0;
+    }
+    let first = c.stamp + 1;
+    let mut found = false;
+    for f in 0..n as u16 {
+        if sc.occ[f as usize] || sc.reach_mark[f as usize] == sc.reach_stamp || c.mark[f as usize] >= first {
+            continue;
+        }
+        c.stamp += 1;
+        let s = c.stamp;
+        // the area and whether it holds a goal
+        c.area.clear();
+        c.area.push(f);
+        c.mark[f as usize] = s;
+        let mut goal_inside = false;
+        let mut i = 0;
+        while i < c.area.len() {
+            let a = c.area[i];
+            i += 1;
+            goal_inside |= board.is_goal[a as usize];
+            for d in 0..DIRS {
+                let g = board.neighbour(a, d);
+                if g != NONE && !sc.occ[g as usize] && c.mark[g as usize] != s {
+                    c.mark[g as usize] = s;
+                    c.area.push(g);
+                }
+            }
+        }
+        // its fence
+        c.fence.clear();
+        for &a in &c.area {
+            for d in 0..DIRS {
+                let g = board.neighbour(a, d);
+                if g != NONE && sc.occ[g as usize] && c.fence_mark[g as usize] != s {
+                    c.fence_mark[g as usize] = s;
+                    c.fence.push(g);
+                }
+            }
+        }
+        if !goal_inside && c.fence.iter().all(|&b| board.is_goal[b as usize]) {
+            continue;
+        }
+        let in_area = |x: u16| x != NONE && c.mark[x as usize] == s;
+        let fence_box = |x: u16| x != NONE && sc.occ[x as usize] && c.fence_mark[x as usize] == s;
+        let never_now = |x: u16| x == NONE || fence_box(x) || in_area(x);
+        c.pushes.clear();
+        let mut qualifies = true;
+        'fence: for &b in &c.fence {
+            for d in 0..DIRS {
+                let to = board.neighbour(b, d);
+                let behind = board.neighbour(b, opposite(d));
+                if in_area(to) {
+                    if never_now(behind) {
+                        continue;
+                    }
+                    if !sc.occ[behind as usize] && sc.reach_mark[behind as usize] == sc.reach_stamp {
+                        c.pushes.push((b, d as u8));
+                        continue;
+                    }
+                } else if to == NONE || fence_box(to) || board.dead_forward[to as usize] || never_now(behind) {
+                    continue;
+                }
+                qualifies = false;
+                break 'fence;
+            }
+        }
+        if qualifies && (!found || c.pushes.len() < c.best.len()) {
+            std::mem::swap(&mut c.pushes, &mut c.best);
+            found = true;
+            if c.best.is_empty() {
+                break;
+            }
+        }
+    }
+    found
 }
 
 /// Recursion budget for the freeze tests: past it we answer "not frozen", which
@@ -711,7 +859,46 @@ mod tests {
             n
         };
         assert_eq!(count(&mut sc, Pruning::NONE), 6);
-        assert_eq!(count(&mut sc, Pruning { dead_squares: false, freeze: true }), 4);
+        assert_eq!(count(&mut sc, Pruning { freeze: true, ..Pruning::NONE }), 4);
+    }
+
+    fn pushes_from_start(b: &Board, pruning: Pruning) -> Vec<((usize, usize), u8)> {
+        let mut sc = Scratch::new(b);
+        let mut got = Vec::new();
+        for_each_push(b, &mut sc, &b.start_boxes, b.start_player, pruning, |_, _, m| {
+            got.push((b.coords(m.from), m.dir))
+        });
+        got.sort();
+        got
+    }
+
+    /// The box in the gap fences off the area holding the goal at the right; the
+    /// player reaches its only push inward, and it can never leave the gap in any
+    /// other way. So pushing the boxed goal around first is never needed.
+    #[test]
+    fn pi_corral_leaves_only_the_pushes_into_it() {
+        let b = board("########\n#    # #\n# @* $.#\n#    # #\n########\n");
+        let all = pushes_from_start(&b, Pruning::ALL);
+        let corral = pushes_from_start(&b, Pruning::SOLVE);
+        // grid column 6, row 3 (1-based), pushed right (direction 1)
+        assert_eq!(corral, vec![((6, 3), 1)], "only the fence box, to the right");
+        assert!(all.len() > corral.len() && all.contains(&corral[0]), "{all:?}");
+    }
+
+    /// An area whose fence box the player could push out of the fence (up, to a
+    /// square from which it can still come back) is no PI-corral: every push stays.
+    #[test]
+    fn fence_box_that_can_leave_the_fence_is_no_pi_corral() {
+        let b = board("########\n#     ##\n#     ##\n# @* $.#\n#     ##\n#     ##\n########\n");
+        assert_eq!(pushes_from_start(&b, Pruning::SOLVE), pushes_from_start(&b, Pruning::ALL));
+    }
+
+    /// A fenced area that holds no goal behind boxes all on goals need never be
+    /// opened, so it restricts nothing.
+    #[test]
+    fn settled_corral_restricts_nothing() {
+        let b = board("########\n#    # #\n# @$.* #\n#    # #\n########\n");
+        assert_eq!(pushes_from_start(&b, Pruning::SOLVE), pushes_from_start(&b, Pruning::ALL));
     }
 
     /// Regression: the incremental normalization once started from the vacated

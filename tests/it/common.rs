@@ -25,7 +25,19 @@ pub fn truth() -> Vec<(usize, usize, usize, String)> {
 
 /// A random closed level of at most 7x6 interior with 1 to 3 boxes, as XSB text.
 pub fn small_level() -> impl Strategy<Value = String> {
-    (3usize..=7, 3usize..=6, 1usize..=3, proptest::collection::vec(0u8..100, 42), proptest::collection::vec(0usize..1000, 7))
+    level_with_boxes(1, 3)
+}
+
+/// A random closed level of at most 7x6 interior with `min` to `max` boxes.
+pub fn level_with_boxes(min: usize, max: usize) -> impl Strategy<Value = String> {
+    let picks = 1 + 2 * max;
+    (
+        3usize..=7,
+        3usize..=6,
+        min..=max,
+        proptest::collection::vec(0u8..100, 42),
+        proptest::collection::vec(0usize..1000, picks),
+    )
         .prop_map(|(w, h, nboxes, noise, picks)| {
             let mut grid = vec![vec!['#'; w + 2]; h + 2];
             for y in 0..h {
@@ -87,8 +99,13 @@ pub fn reference_bfs(board: &Board) -> Option<usize> {
         // the player stands where the box was; normalize with a full flood here so
         // the reference does not share the generator's incremental normalization
         for_each_push(board, &mut sc, &boxes, player, Pruning::NONE, |b, _, m| next.push((b.to_vec(), m.from)));
-        let next: Vec<(Vec<u16>, u16)> =
-            next.into_iter().map(|(b, at)| { let p = normalize_player(board, &mut sc, &b, at); (b, p) }).collect();
+        let next: Vec<(Vec<u16>, u16)> = next
+            .into_iter()
+            .map(|(b, at)| {
+                let p = normalize_player(board, &mut sc, &b, at);
+                (b, p)
+            })
+            .collect();
         for s in next {
             if seen.insert(s.clone()) {
                 queue.push_back((s, d + 1));

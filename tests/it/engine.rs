@@ -1,22 +1,30 @@
 //! The engine against a plain forward BFS, and its independence from threads and
 //! partitions.
 
-use crate::common::{board_of, reference_bfs, repo, small_level, truth};
+use crate::common::{board_of, level_with_boxes, reference_bfs, repo, small_level, truth};
 use proptest::prelude::*;
 use sokoshard::engine::search::NoProgress;
 use sokoshard::model::board::Board;
 use sokoshard::model::level::split_collection;
+use sokoshard::model::rules::Pruning;
 use sokoshard::model::solution::verify;
 use sokoshard::solve::{solve_local, SolveOptions, Status};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 fn solve(board: &Board, partitions: usize, threads: usize) -> (Status, Option<usize>, Option<String>) {
+    solve_with(board, partitions, threads, Pruning::SOLVE)
+}
+
+fn solve_with(
+    board: &Board,
+    partitions: usize,
+    threads: usize,
+    pruning: Pruning,
+) -> (Status, Option<usize>, Option<String>) {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-    let opts = SolveOptions { partitions, ..Default::default() };
-    let r = pool
-        .install(|| solve_local(Arc::new(board.clone()), &opts, &AtomicBool::new(false), &NoProgress))
-        .unwrap();
+    let opts = SolveOptions { partitions, pruning, ..Default::default() };
+    let r = pool.install(|| solve_local(Arc::new(board.clone()), &opts, &AtomicBool::new(false), &NoProgress)).unwrap();
     (r.status, r.pushes, r.solution)
 }
 
@@ -38,6 +46,27 @@ proptest! {
                 prop_assert_eq!(v.pushes, n);
             }
             None => prop_assert_eq!(status, Status::Unsolvable, "{}", text),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Corrals need boxes: with 3 to 5 on a small board most states have fenced
+    /// areas, and the restricted search must still find the same optimum (and a
+    /// solution that verifies) as the search without the restriction.
+    #[test]
+    fn pi_corrals_keep_the_optimum_on_crowded_levels(text in level_with_boxes(3, 5)) {
+        let Some(board) = board_of(&text) else { return Ok(()) };
+        let (status, pushes, _) = solve_with(&board, 8, 2, Pruning::ALL);
+        let (c_status, c_pushes, c_solution) = solve_with(&board, 8, 2, Pruning::SOLVE);
+        prop_assert_eq!(c_status, status, "{}", text);
+        prop_assert_eq!(c_pushes, pushes, "{}", text);
+        if let (Some(n), Some(sol)) = (c_pushes, c_solution) {
+            let level = sokoshard::model::level::parse_one(&text, "gen").unwrap();
+            let v = verify(&level, &sol);
+            prop_assert!(v.valid && v.pushes == n, "{}: {:?}", text, v);
         }
     }
 }
@@ -66,7 +95,8 @@ fn answer_does_not_depend_on_threads_or_partitions() {
 #[test]
 fn microban_push_counts_match_truth() {
     let truth = truth();
-    let quick: Vec<usize> = (1..=60).chain([61, 62, 63, 64, 65, 70, 75, 80, 90, 100, 110, 120, 130, 140, 150]).collect();
+    let quick: Vec<usize> =
+        (1..=60).chain([61, 62, 63, 64, 65, 70, 75, 80, 90, 100, 110, 120, 130, 140, 150]).collect();
     for (index, pushes, _, _) in truth.iter().filter(|t| quick.contains(&t.0)) {
         let (level, board) = microban(*index);
         let (status, got, solution) = solve(&board, 64, 2);

@@ -16,19 +16,19 @@ use super::super::net::{rpc_err, WorkerRpc};
 use super::super::proto::*;
 use super::super::{side_to, ClusterError, PROTOCOL_VERSION};
 use super::{JobRecord, Shared};
+use crate::engine::kpg::{build_tables_with, DeadlockTables, MAX_K};
 use crate::engine::partition::Partitioner;
 use crate::engine::path::{rebuild, LayerLookup};
-use crate::engine::kpg::{build_tables_with, DeadlockTables, MAX_K};
 use crate::engine::search::{
     bidirectional, exhaust, LayerBackend, LayerEvent, Limits, NoProgress, Progress, SearchEnd, StepOutcome,
 };
-use crate::storage::kdb;
 use crate::engine::{EngineError, Problem, Side};
 use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
 use crate::solve::{seeds, SolveReport, Status};
+use crate::storage::kdb;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -175,7 +175,13 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
             let rec = sh.record(id).unwrap_or(rec);
             report.seconds = rec.seconds.max(started.elapsed().as_secs_f64());
             let state = if user_cancel { JobState::Cancelled } else { JobState::Finished };
-            tracing::info!(job = id, status = report.status.name(), pushes = report.pushes, states = report.states, "job done");
+            tracing::info!(
+                job = id,
+                status = report.status.name(),
+                pushes = report.pushes,
+                states = report.states,
+                "job done"
+            );
             let _ = sh.update(id, true, |r| {
                 r.state = state as i32;
                 r.message = if user_cancel { "cancelled".into() } else { String::new() };
@@ -322,9 +328,11 @@ fn run_typed<K: StateKey>(
     if report.reason.is_some() {
         return Ok(report);
     }
-    let no_freeze = rec.options.no_freeze;
-    let problem = Problem::<K>::full(board.clone(), Pruning { dead_squares: true, freeze: !no_freeze }, None);
-    let mut backend = ClusterBackend::<K>::new(sh.clone(), id, rt.clone(), stop, Phase::main(tables.clone()), &problem.space)?;
+    let pruning =
+        Pruning { dead_squares: true, freeze: !rec.options.no_freeze, pi_corrals: !rec.options.no_pi_corrals };
+    let problem = Problem::<K>::full(board.clone(), pruning, None);
+    let mut backend =
+        ClusterBackend::<K>::new(sh.clone(), id, rt.clone(), stop, Phase::main(tables.clone()), &problem.space)?;
     let end = if let Some((key, forward, backward)) = &rec.meeting {
         // the sides met before a coordinator restart: only the path is left to do
         let k = keys_from_bytes::<K>(key)?;
@@ -332,7 +340,8 @@ fn run_typed<K: StateKey>(
         SearchEnd::Met { key, forward: *forward, backward: *backward }
     } else {
         let (starts, goals) = seeds(&problem);
-        let limits = Limits { cancel: stop, max_states: (rec.options.max_states > 0).then_some(rec.options.max_states) };
+        let limits =
+            Limits { cancel: stop, max_states: (rec.options.max_states > 0).then_some(rec.options.max_states) };
         let progress = JobProgress { id };
         bidirectional(&mut backend, &starts, &goals, &limits, &progress).map_err(|e| backend.take_error(e))?.0
     };
@@ -366,8 +375,15 @@ struct JobProgress {
 
 impl Progress for JobProgress {
     fn layer_done(&self, e: &LayerEvent) {
-        tracing::info!(job = self.id, side = e.side.name(), layer = e.layer, new = e.new_states, stored = e.stored,
-            seconds = e.seconds, "layer done");
+        tracing::info!(
+            job = self.id,
+            side = e.side.name(),
+            layer = e.layer,
+            new = e.new_states,
+            stored = e.stored,
+            seconds = e.seconds,
+            "layer done"
+        );
     }
 }
 
@@ -565,11 +581,20 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             match r {
                 Ok(replies) => {
                     if let Some(bad) = replies.iter().find(|r| r.limbs != K::LIMBS as u32) {
-                        return Err(ClusterError::Internal(format!("a worker uses {}-limb keys, the coordinator {}", bad.limbs, K::LIMBS)));
+                        return Err(ClusterError::Internal(format!(
+                            "a worker uses {}-limb keys, the coordinator {}",
+                            bad.limbs,
+                            K::LIMBS
+                        )));
                     }
                     self.loaded = incs;
                     if std::mem::take(&mut self.paused) {
-                        tracing::info!(job = self.id, forward = want[0], backward = want[1], "job resumes from the last completed layer");
+                        tracing::info!(
+                            job = self.id,
+                            forward = want[0],
+                            backward = want[1],
+                            "job resumes from the last completed layer"
+                        );
                     }
                 }
                 Err(e) if e.is_node_fault() => {
@@ -654,7 +679,9 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                         .map_err(|st| rpc_err("collecting k-game states", &addr, st))?
                         .into_inner();
                     let mut keys = Vec::new();
-                    while let Some(m) = stream.message().await.map_err(|st| rpc_err("collecting k-game states", &addr, st))? {
+                    while let Some(m) =
+                        stream.message().await.map_err(|st| rpc_err("collecting k-game states", &addr, st))?
+                    {
                         keys.extend(keys_from_bytes::<u64>(&m.keys)?);
                     }
                     Ok::<_, ClusterError>(keys)
@@ -667,7 +694,8 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     }
 
     fn next_step(&mut self) -> u64 {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         self.step_id = (self.step_id + 1).max(now);
         self.step_id
     }
@@ -691,7 +719,11 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     }
 
     /// Runs `attempt` until it succeeds, pausing through node faults.
-    fn retrying<T>(&mut self, what: &str, mut attempt: impl FnMut(&mut Self) -> Result<T, ClusterError>) -> Result<Option<T>, ClusterError> {
+    fn retrying<T>(
+        &mut self,
+        what: &str,
+        mut attempt: impl FnMut(&mut Self) -> Result<T, ClusterError>,
+    ) -> Result<Option<T>, ClusterError> {
         loop {
             match self.ensure_ready() {
                 Ok(()) => {}
@@ -709,7 +741,9 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     tracing::warn!(job = self.id, error = %e, "{what} failed on a worker; the job pauses and retries from the last completed layer");
                     self.set_message(
                         JobState::Paused,
-                        format!("a worker failed ({e}); resuming from the last completed layer once every worker is back"),
+                        format!(
+                            "a worker failed ({e}); resuming from the last completed layer once every worker is back"
+                        ),
                     );
                     self.abort_all();
                     self.loaded.iter_mut().for_each(|l| *l = 0);
@@ -840,7 +874,8 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
         };
         self.layers[side.index()].push(out.new_states);
         if !self.phase.is_main() {
-            let msg = format!("building k-PG tables: {} layer {}", self.phase.name, self.layers[side.index()].len() - 1);
+            let msg =
+                format!("building k-PG tables: {} layer {}", self.phase.name, self.layers[side.index()].len() - 1);
             self.set_message(JobState::Running, msg);
             let _ = self.sh.update(self.id, false, |r| {
                 r.keys_exchanged += keys;
@@ -914,7 +949,11 @@ impl<K: StateKey> LayerLookup<K> for RemoteLookup<'_, '_, K> {
                     Err(_) => return Err(ClusterError::Unavailable(format!("looking up keys ({addr}): timed out"))),
                 };
                 if reply.found.len() != idx.len() {
-                    return Err(ClusterError::Internal(format!("{addr} answered {} lookups for {}", reply.found.len(), idx.len())));
+                    return Err(ClusterError::Internal(format!(
+                        "{addr} answered {} lookups for {}",
+                        reply.found.len(),
+                        idx.len()
+                    )));
                 }
                 if let Some(j) = reply.found.iter().position(|&f| f) {
                     found = Some(found.map_or(idx[j], |cur: usize| cur.min(idx[j])));

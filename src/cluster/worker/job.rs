@@ -8,9 +8,9 @@
 use super::super::codec::{decode_batch, encode_batch, keys_from_bytes, keys_to_bytes};
 use super::super::proto::{ExpandReply, KeyBatch, MergeReply, SealReply};
 use super::super::{persist, ClusterError};
+use crate::engine::kpg::DeadlockTables;
 use crate::engine::layer::{expand, merge};
 use crate::engine::partition::{Exchange, LocalExchange, PartitionStore, Partitioner, StoreBytes};
-use crate::engine::kpg::DeadlockTables;
 use crate::engine::{PatternCheck, Problem, Side};
 use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
@@ -43,6 +43,7 @@ pub struct JobSpec {
     pub job_id: u64,
     pub level_text: String,
     pub no_freeze: bool,
+    pub no_pi_corrals: bool,
     pub table: Table,
     /// This worker's index in `table.nodes`.
     pub me: u32,
@@ -132,13 +133,14 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
     let patterns: Option<Arc<dyn PatternCheck>> = if spec.kpg.is_empty() {
         None
     } else {
-        let file = kdb::decode(Path::new("<job tables>"), &spec.kpg).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
+        let file = kdb::decode(Path::new("<job tables>"), &spec.kpg)
+            .map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
         if file.fingerprint != board.fingerprint() || file.floor != board.floor_count() {
             return Err(ClusterError::InvalidArgument("the job's k-PG tables belong to another level".into()));
         }
         Some(Arc::new(DeadlockTables::new(board.clone(), file.tables)))
     };
-    let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze };
+    let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze, pi_corrals: !spec.no_pi_corrals };
     if spec.boxes != 0 && spec.boxes != board.box_count() {
         // a k-game of the k-PG tables: all prunings, u64 keys (as engine::kpg plays it)
         let problem = Problem::<u64>::with_boxes(board.clone(), spec.boxes, Pruning::ALL, patterns)
@@ -209,8 +211,11 @@ impl<K: StateKey> TypedJob<K> {
             0 => 0,
             n => budget.store_bytes().saturating_mul(parts as u64) / n as u64,
         };
-        let store: Box<dyn PartitionStore<K>> =
-            Box::new(DiskStore::<K>::create(&store_dir, parts, DiskOptions { memory_bytes: share, ..DiskOptions::default() })?);
+        let store: Box<dyn PartitionStore<K>> = Box::new(DiskStore::<K>::create(
+            &store_dir,
+            parts,
+            DiskOptions { memory_bytes: share, ..DiskOptions::default() },
+        )?);
         let manifest = if spec.want == [0, 0] {
             std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io(format!("creating {}", dir.display()), e))?;
             Manifest {
@@ -326,7 +331,11 @@ fn parse_shard_name(name: &str) -> Option<(Side, usize, usize)> {
 }
 
 /// Loads `spec.want` layers of the owned partitions from the checkpoint.
-fn restore<K: StateKey>(spec: &JobSpec, mine: &[usize], store: &dyn PartitionStore<K>) -> Result<Manifest, ClusterError> {
+fn restore<K: StateKey>(
+    spec: &JobSpec,
+    mine: &[usize],
+    store: &dyn PartitionStore<K>,
+) -> Result<Manifest, ClusterError> {
     let gone = |why: String| {
         ClusterError::DataLoss(format!(
             "worker {} cannot resume job {} from {}: {why}; the data is gone",
@@ -370,13 +379,19 @@ fn restore<K: StateKey>(spec: &JobSpec, mine: &[usize], store: &dyn PartitionSto
                     let path = shard_path(&spec.dir, side, layer, p);
                     let r = ShardReader::<K>::open(&path).map_err(|e| gone(e.to_string()))?;
                     let meta = r.meta();
-                    if meta.side as usize != side.index() || meta.layer as usize != layer || meta.partition as usize != p
+                    if meta.side as usize != side.index()
+                        || meta.layer as usize != layer
+                        || meta.partition as usize != p
                     {
                         return Err(gone(format!("{} is not the shard it is named after", path.display())));
                     }
                     let keys = r.read_all().map_err(|e| gone(e.to_string()))?;
                     if keys.len() as u64 != expect {
-                        return Err(gone(format!("{} holds {} keys, the manifest {expect}", path.display(), keys.len())));
+                        return Err(gone(format!(
+                            "{} holds {} keys, the manifest {expect}",
+                            path.display(),
+                            keys.len()
+                        )));
                     }
                     Ok((p, keys))
                 })

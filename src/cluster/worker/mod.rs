@@ -88,7 +88,8 @@ pub fn node_id(data_dir: &std::path::Path) -> Result<String, ClusterError> {
                 .map_err(|e| ClusterError::io(format!("creating {}", data_dir.display()), e))?;
             let id = format!("w-{:016x}", random_u64());
             let tmp = data_dir.join("node-id.tmp");
-            std::fs::write(&tmp, format!("{id}\n")).map_err(|e| ClusterError::io(format!("writing {}", tmp.display()), e))?;
+            std::fs::write(&tmp, format!("{id}\n"))
+                .map_err(|e| ClusterError::io(format!("writing {}", tmp.display()), e))?;
             std::fs::rename(&tmp, &p).map_err(|e| ClusterError::io(format!("writing {}", p.display()), e))?;
             Ok(id)
         }
@@ -147,9 +148,14 @@ impl WorkerService {
     }
 
     /// The service wrapped with the token check and size limits.
-    pub fn server(self, token: &str) -> tonic::service::interceptor::InterceptedService<WorkerServer<Self>, CheckToken> {
+    pub fn server(
+        self,
+        token: &str,
+    ) -> tonic::service::interceptor::InterceptedService<WorkerServer<Self>, CheckToken> {
         tonic::service::interceptor::InterceptedService::new(
-            WorkerServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES),
+            WorkerServer::new(self)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             CheckToken::new(token),
         )
     }
@@ -191,7 +197,10 @@ impl Worker for WorkerService {
         }
         let table = table_of(r.table)?;
         let me = table.nodes.iter().position(|n| *n == self.st.node_id).ok_or_else(|| {
-            ClusterError::FailedPrecondition(format!("worker {} is not in job {}'s partition table", self.st.node_id, r.job_id))
+            ClusterError::FailedPrecondition(format!(
+                "worker {} is not in job {}'s partition table",
+                self.st.node_id, r.job_id
+            ))
         })? as u32;
         let want = [r.forward_layers as usize, r.backward_layers as usize];
         let phase = if r.phase.is_empty() { "main".to_string() } else { r.phase.clone() };
@@ -201,12 +210,22 @@ impl Worker for WorkerService {
         let current = self.st.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(j) = current {
             let t = j.table();
-            if j.id() == r.job_id && j.phase() == phase && j.layers() == want && t.nodes == table.nodes && t.owners == table.owners && j.me() == me {
+            if j.id() == r.job_id
+                && j.phase() == phase
+                && j.layers() == want
+                && t.nodes == table.nodes
+                && t.owners == table.owners
+                && j.me() == me
+            {
                 // the job is here as asked: drop any partial step, take new addresses
                 j.abort();
                 j.set_addresses(table.addresses);
                 tracing::info!(job = r.job_id, forward = want[0], backward = want[1], "job kept");
-                return Ok(Response::new(LoadReply { limbs: j.limbs(), forward_layers: want[0] as u32, backward_layers: want[1] as u32 }));
+                return Ok(Response::new(LoadReply {
+                    limbs: j.limbs(),
+                    forward_layers: want[0] as u32,
+                    backward_layers: want[1] as u32,
+                }));
             }
             j.abort();
         }
@@ -215,6 +234,7 @@ impl Worker for WorkerService {
             job_id: r.job_id,
             level_text: r.level_text,
             no_freeze: r.options.as_ref().is_some_and(|o| o.no_freeze),
+            no_pi_corrals: r.options.as_ref().is_some_and(|o| o.no_pi_corrals),
             table,
             me,
             node_id: self.st.node_id.clone(),
@@ -289,8 +309,15 @@ impl Worker for WorkerService {
         self.st.keys_sent.fetch_add(reply.keys_sent, Ordering::Relaxed);
         self.st.bytes_sent.fetch_add(reply.bytes_sent, Ordering::Relaxed);
         self.st.keys_local.fetch_add(reply.keys_local, Ordering::Relaxed);
-        tracing::debug!(job = r.job_id, side = side.name(), layer, expanded = reply.expanded,
-            keys_sent = reply.keys_sent, bytes_sent = reply.bytes_sent, "layer expanded");
+        tracing::debug!(
+            job = r.job_id,
+            side = side.name(),
+            layer,
+            expanded = reply.expanded,
+            keys_sent = reply.keys_sent,
+            bytes_sent = reply.bytes_sent,
+            "layer expanded"
+        );
         Ok(Response::new(reply))
     }
 
@@ -346,7 +373,9 @@ impl Worker for WorkerService {
         }
         let dir = self.st.data_dir.join("jobs").join(id.to_string());
         if dir.exists() {
-            run_cpu(move || std::fs::remove_dir_all(&dir)).await?.map_err(|e| ClusterError::io("removing a job's checkpoint", e))?;
+            run_cpu(move || std::fs::remove_dir_all(&dir))
+                .await?
+                .map_err(|e| ClusterError::io("removing a job's checkpoint", e))?;
         }
         tracing::info!(job = id, "job unloaded");
         Ok(Response::new(UnloadReply {}))
@@ -360,7 +389,8 @@ impl Worker for WorkerService {
         let j = self.job(r.job_id)?;
         // chunks of 256 Ki keys stay far below the message limit for any width
         let chunks = run_cpu(move || j.collect(side, 1 << 18)).await??;
-        let items: Vec<Result<KpgCollectReply, Status>> = chunks.into_iter().map(|keys| Ok(KpgCollectReply { keys })).collect();
+        let items: Vec<Result<KpgCollectReply, Status>> =
+            chunks.into_iter().map(|keys| Ok(KpgCollectReply { keys })).collect();
         Ok(Response::new(Box::pin(tokio_stream::iter(items))))
     }
 }
@@ -381,7 +411,10 @@ pub async fn serve(cfg: WorkerConfig) -> Result<(), ClusterError> {
         builder = builder.tls_config(tls)?;
     }
     // one service per node: served directly, no router
-    let server = builder.serve_with_incoming(svc.clone().server(&cfg.net.token), tokio_stream::wrappers::TcpListenerStream::new(listener));
+    let server = builder.serve_with_incoming(
+        svc.clone().server(&cfg.net.token),
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+    );
     let hb = tokio::spawn(heartbeat_loop(svc, cfg.clone(), node, advertise));
     let r = server.await;
     hb.abort();
@@ -424,7 +457,8 @@ async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, adv
                 Err(s) => tracing::warn!(coordinator = %cfg.join, error = %s.message(), "join failed, retrying"),
             }
         } else {
-            let hb = HeartbeatRequest { node_id: node.clone(), incarnation: svc.incarnation(), stats: Some(svc.stats()) };
+            let hb =
+                HeartbeatRequest { node_id: node.clone(), incarnation: svc.incarnation(), stats: Some(svc.stats()) };
             match client.heartbeat(hb).await {
                 Ok(r) if !r.get_ref().known => {
                     tracing::info!("the coordinator does not know this worker, joining again");
