@@ -71,6 +71,10 @@ pub struct KpgArgs {
     /// deadlocks, so with it on the tables' share is smaller).
     #[arg(long)]
     pub no_freeze: bool,
+    /// Turn off the PI-corral move restriction in every column, to measure what
+    /// the tables prune without it.
+    #[arg(long)]
+    pub no_pi_corrals: bool,
 }
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
@@ -143,12 +147,15 @@ fn engine(args: BenchArgs) -> Result<ExitCode> {
 /// The table configurations `bench kpg` compares: no table at all (`--kpg 0`),
 /// dead squares only (the player-free 1-PG verdict, the solver's default), then
 /// full k-PG tables for k = 1..max_k.
-fn kpg_columns(max_k: usize, no_freeze: bool) -> Vec<(String, Vec<String>)> {
-    let mut cols = vec![("k=0".to_string(), vec!["--kpg".to_string(), "0".to_string()]), ("dead squares".to_string(), vec![])];
+fn kpg_columns(max_k: usize, no_freeze: bool, no_pi_corrals: bool) -> Vec<(String, Vec<String>)> {
+    let mut cols =
+        vec![("k=0".to_string(), vec!["--kpg".to_string(), "0".to_string()]), ("dead squares".to_string(), vec![])];
     cols.extend((1..=max_k).map(|k| (format!("k={k}"), vec!["--kpg".to_string(), k.to_string()])));
-    if no_freeze {
-        for (_, c) in &mut cols {
-            c.push("--no-freeze".to_string());
+    for (off, flag) in [(no_freeze, "--no-freeze"), (no_pi_corrals, "--no-pi-corrals")] {
+        if off {
+            for (_, c) in &mut cols {
+                c.push(flag.to_string());
+            }
         }
     }
     cols
@@ -159,7 +166,7 @@ fn as_strs(v: &[String]) -> Vec<&str> {
 }
 
 fn kpg(args: KpgArgs) -> Result<ExitCode> {
-    let cols = kpg_columns(args.max_k, args.no_freeze);
+    let cols = kpg_columns(args.max_k, args.no_freeze, args.no_pi_corrals);
     if let Some(secs) = args.solved_within {
         return kpg_solved_within(&args.common.file, &cols, secs);
     }
@@ -206,7 +213,8 @@ fn kpg_solved_within(file: &PathBuf, cols: &[(String, Vec<String>)], secs: f64) 
         let mut seconds = 0.0;
         let mut unsolved = Vec::new();
         for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let v: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{name}: bad JSON line {line:?}"))?;
+            let v: serde_json::Value =
+                serde_json::from_str(line).with_context(|| format!("{name}: bad JSON line {line:?}"))?;
             total += 1;
             seconds += f(&v, "seconds");
             let level = v["level"].as_u64().unwrap_or(0);
@@ -274,7 +282,13 @@ fn store(args: StoreArgs) -> Result<ExitCode> {
             }
             let sp = best_of(args.repeat, &args.file, level, &extra)?;
             if sp["pushes"] != mem["pushes"] || sp["states"] != mem["states"] {
-                bail!("level {level} ({policy}): spilled run gave {} pushes / {} states, in-memory {} / {}", sp["pushes"], sp["states"], mem["pushes"], mem["states"]);
+                bail!(
+                    "level {level} ({policy}): spilled run gave {} pushes / {} states, in-memory {} / {}",
+                    sp["pushes"],
+                    sp["states"],
+                    mem["pushes"],
+                    mem["states"]
+                );
             }
             let (tm, ts) = (f(&mem, "seconds"), f(&sp, "seconds"));
             let (cm, cs) = (f(&mem, "cpu_seconds"), f(&sp, "cpu_seconds"));

@@ -376,7 +376,7 @@ pub fn for_each_push_kept(
         sc.occ[to as usize] = false;
         sc.occ[b as usize] = true;
     };
-    if pruning.pi_corrals && pi_corral_pushes(board, sc) {
+    if pruning.pi_corrals && pi_corral_pushes(board, sc, boxes) {
         let pushes = std::mem::take(&mut sc.corral.best);
         for &(b, d) in &pushes {
             push(sc, b, d as usize);
@@ -492,8 +492,12 @@ struct Corrals {
 /// state on it is solvable, so no sound state pruning drops it. If a qualifying
 /// corral has no legal push inward the state is unsolvable, and it gets no
 /// successors.
-fn pi_corral_pushes(board: &Board, sc: &mut Scratch) -> bool {
+fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
     let n = board.floor_count();
+    if sc.queue.len() + boxes.len() == n {
+        // the flood of the player's region (still in `queue`) took every free square
+        return false;
+    }
     let c = &mut sc.corral;
     // one stamp per area; start over when a state's areas could overflow them
     if c.stamp > u32::MAX - n as u32 - 1 {
@@ -503,16 +507,19 @@ fn pi_corral_pushes(board: &Board, sc: &mut Scratch) -> bool {
     }
     let first = c.stamp + 1;
     let mut found = false;
-    for f in 0..n as u16 {
-        if sc.occ[f as usize] || sc.reach_mark[f as usize] == sc.reach_stamp || c.mark[f as usize] >= first {
+    // every area touches a box (the floor is connected), so its search starts there
+    for f in boxes.iter().flat_map(|&b| (0..DIRS).map(move |d| board.neighbour(b, d))) {
+        if f == NONE || sc.occ[f as usize] || sc.reach_mark[f as usize] == sc.reach_stamp || c.mark[f as usize] >= first
+        {
             continue;
         }
         c.stamp += 1;
         let s = c.stamp;
-        // the area and whether it holds a goal
+        // the area, its fence, and whether it holds a goal
         c.area.clear();
         c.area.push(f);
         c.mark[f as usize] = s;
+        c.fence.clear();
         let mut goal_inside = false;
         let mut i = 0;
         while i < c.area.len() {
@@ -521,20 +528,17 @@ fn pi_corral_pushes(board: &Board, sc: &mut Scratch) -> bool {
             goal_inside |= board.is_goal[a as usize];
             for d in 0..DIRS {
                 let g = board.neighbour(a, d);
-                if g != NONE && !sc.occ[g as usize] && c.mark[g as usize] != s {
+                if g == NONE {
+                    continue;
+                }
+                if sc.occ[g as usize] {
+                    if c.fence_mark[g as usize] != s {
+                        c.fence_mark[g as usize] = s;
+                        c.fence.push(g);
+                    }
+                } else if c.mark[g as usize] != s {
                     c.mark[g as usize] = s;
                     c.area.push(g);
-                }
-            }
-        }
-        // its fence
-        c.fence.clear();
-        for &a in &c.area {
-            for d in 0..DIRS {
-                let g = board.neighbour(a, d);
-                if g != NONE && sc.occ[g as usize] && c.fence_mark[g as usize] != s {
-                    c.fence_mark[g as usize] = s;
-                    c.fence.push(g);
                 }
             }
         }
