@@ -453,13 +453,22 @@ pub fn for_each_pull_kept(
 /// Buffers of the PI-corral search.
 #[derive(Debug, Clone, Default)]
 struct Corrals {
-    /// Per square: the stamp of the corral area that holds it.
+    /// Per square: the stamp of the area that holds it; the current state's areas
+    /// have stamps `first..`, area `i` has `first + i`.
     mark: Vec<u32>,
-    /// Per square: the stamp of the corral whose fence holds the box on it.
+    /// Per square: `fence_stamp` when the box on it fences the corral under test.
     fence_mark: Vec<u32>,
     stamp: u32,
-    area: Vec<u16>,
+    first: u32,
+    fence_stamp: u32,
+    /// Per area: whether it holds a goal, and its fence as a range of `fences`.
+    areas: Vec<(bool, u32, u32)>,
+    fences: Vec<u16>,
+    /// The areas of the corral under test, and a flag per area.
+    union: Vec<usize>,
+    in_union: Vec<bool>,
     fence: Vec<u16>,
+    queue: Vec<u16>,
     pushes: Vec<(u16, u8)>,
     /// The pushes of the chosen corral (valid after `pi_corral_pushes` says true).
     best: Vec<(u16, u8)>,
@@ -469,8 +478,11 @@ struct Corrals {
 /// (occupancy placed, player region flooded) and leaves the legal pushes into the
 /// corral with the fewest of them in `sc.corral.best`. False when there is none.
 ///
-/// A corral here is an area `A`: a connected set of free squares the player cannot
-/// reach. Its fence `F` is the boxes next to `A`; walls and `F` enclose `A`. It
+/// A corral here is a set `A` of free squares the player cannot reach, made of whole
+/// areas (connected sets of such squares). Its fence `F` is the boxes next to `A`;
+/// walls and `F` enclose `A`. The search starts from each area and, when a push of
+/// its fence breaks (2) or (3) only because a square of the push lies in another
+/// area, takes that area in too, as YASS combines corrals. `A` qualifies
 /// qualifies when (1) it must be opened: a box of `F` is off goal or `A` holds a
 /// goal; (2) every push of a box of `F` that does not go into `A` is impossible
 /// until a box of `F` moves: its target is a wall, a box of `F` or a dead square,
@@ -491,7 +503,7 @@ struct Corrals {
 /// So from here an optimal solution starts with a push into the corral, and every
 /// state on it is solvable, so no sound state pruning drops it. If a qualifying
 /// corral has no legal push inward the state is unsolvable, and it gets no
-/// successors.
+/// successors. Nothing above needs `A` connected.
 fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
     let n = board.floor_count();
     if sc.queue.len() + boxes.len() == n {
@@ -499,31 +511,37 @@ fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
         return false;
     }
     let c = &mut sc.corral;
-    // one stamp per area; start over when a state's areas could overflow them
-    if c.stamp > u32::MAX - n as u32 - 1 {
+    // one stamp per area and per corral tested; start over before they overflow
+    if c.stamp > u32::MAX - 2 * n as u32 || c.fence_stamp > u32::MAX - 4 * n as u32 * n as u32 {
         c.mark.iter_mut().for_each(|m| *m = 0);
         c.fence_mark.iter_mut().for_each(|m| *m = 0);
         c.stamp = 0;
+        c.fence_stamp = 0;
     }
-    let first = c.stamp + 1;
-    let mut found = false;
-    // every area touches a box (the floor is connected), so its search starts there
+    // label the areas: every area touches a box (the floor is connected)
+    c.first = c.stamp + 1;
+    c.areas.clear();
+    c.fences.clear();
     for f in boxes.iter().flat_map(|&b| (0..DIRS).map(move |d| board.neighbour(b, d))) {
-        if f == NONE || sc.occ[f as usize] || sc.reach_mark[f as usize] == sc.reach_stamp || c.mark[f as usize] >= first
+        if f == NONE
+            || sc.occ[f as usize]
+            || sc.reach_mark[f as usize] == sc.reach_stamp
+            || c.mark[f as usize] >= c.first
         {
             continue;
         }
         c.stamp += 1;
         let s = c.stamp;
-        // the area, its fence, and whether it holds a goal
-        c.area.clear();
-        c.area.push(f);
+        c.queue.clear();
+        c.queue.push(f);
         c.mark[f as usize] = s;
-        c.fence.clear();
+        c.fence_stamp += 1;
+        let fs = c.fence_stamp;
+        let fence_start = c.fences.len() as u32;
         let mut goal_inside = false;
         let mut i = 0;
-        while i < c.area.len() {
-            let a = c.area[i];
+        while i < c.queue.len() {
+            let a = c.queue[i];
             i += 1;
             goal_inside |= board.is_goal[a as usize];
             for d in 0..DIRS {
@@ -532,43 +550,90 @@ fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
                     continue;
                 }
                 if sc.occ[g as usize] {
-                    if c.fence_mark[g as usize] != s {
-                        c.fence_mark[g as usize] = s;
-                        c.fence.push(g);
+                    if c.fence_mark[g as usize] != fs {
+                        c.fence_mark[g as usize] = fs;
+                        c.fences.push(g);
                     }
                 } else if c.mark[g as usize] != s {
                     c.mark[g as usize] = s;
-                    c.area.push(g);
+                    c.queue.push(g);
                 }
             }
         }
-        if !goal_inside && c.fence.iter().all(|&b| board.is_goal[b as usize]) {
-            continue;
-        }
-        let in_area = |x: u16| x != NONE && c.mark[x as usize] == s;
-        let fence_box = |x: u16| x != NONE && sc.occ[x as usize] && c.fence_mark[x as usize] == s;
-        let never_now = |x: u16| x == NONE || fence_box(x) || in_area(x);
-        c.pushes.clear();
-        let mut qualifies = true;
-        'fence: for &b in &c.fence {
-            for d in 0..DIRS {
-                let to = board.neighbour(b, d);
-                let behind = board.neighbour(b, opposite(d));
-                if in_area(to) {
-                    if never_now(behind) {
-                        continue;
+        c.areas.push((goal_inside, fence_start, c.fences.len() as u32));
+    }
+    let mut found = false;
+    for start in 0..c.areas.len() {
+        c.in_union.clear();
+        c.in_union.resize(c.areas.len(), false);
+        c.union.clear();
+        c.union.push(start);
+        c.in_union[start] = true;
+        // grow the corral until it qualifies or fails for a reason no area mends
+        let qualifies = loop {
+            c.fence_stamp += 1;
+            let fs = c.fence_stamp;
+            c.fence.clear();
+            let mut must_open = false;
+            for &u in &c.union {
+                let (goal_inside, from, to) = c.areas[u];
+                must_open |= goal_inside;
+                for &b in &c.fences[from as usize..to as usize] {
+                    if c.fence_mark[b as usize] != fs {
+                        c.fence_mark[b as usize] = fs;
+                        c.fence.push(b);
+                        must_open |= !board.is_goal[b as usize];
                     }
-                    if !sc.occ[behind as usize] && sc.reach_mark[behind as usize] == sc.reach_stamp {
-                        c.pushes.push((b, d as u8));
-                        continue;
-                    }
-                } else if to == NONE || fence_box(to) || board.dead_forward[to as usize] || never_now(behind) {
-                    continue;
                 }
-                qualifies = false;
-                break 'fence;
             }
-        }
+            if !must_open {
+                break false;
+            }
+            let (first, mark, in_union) = (c.first, &c.mark, &c.in_union);
+            // the area of a free square the player cannot reach
+            let area_of = |x: u16| -> Option<usize> {
+                if x == NONE || sc.occ[x as usize] || sc.reach_mark[x as usize] == sc.reach_stamp {
+                    return None;
+                }
+                let m = mark[x as usize];
+                (m >= first).then(|| (m - first) as usize)
+            };
+            let in_corral = |x: u16| area_of(x).is_some_and(|a| in_union[a]);
+            let fence_box = |x: u16| x != NONE && sc.occ[x as usize] && c.fence_mark[x as usize] == fs;
+            let never_now = |x: u16| x == NONE || fence_box(x) || in_corral(x);
+            c.pushes.clear();
+            let mut verdict = Some(true);
+            'fence: for &b in &c.fence {
+                for d in 0..DIRS {
+                    let to = board.neighbour(b, d);
+                    let behind = board.neighbour(b, opposite(d));
+                    if in_corral(to) {
+                        if never_now(behind) {
+                            continue;
+                        }
+                        if !sc.occ[behind as usize] && sc.reach_mark[behind as usize] == sc.reach_stamp {
+                            c.pushes.push((b, d as u8));
+                            continue;
+                        }
+                    } else if to == NONE || fence_box(to) || board.dead_forward[to as usize] || never_now(behind) {
+                        continue;
+                    }
+                    // broken: mended by taking in the area of `behind` or `to`, if
+                    // one lies outside the corral
+                    let outside = |x: u16| area_of(x).filter(|&a| !in_union[a]);
+                    verdict = outside(behind).or_else(|| outside(to)).map(|a| {
+                        c.union.push(a);
+                        false
+                    });
+                    break 'fence;
+                }
+            }
+            match verdict {
+                Some(true) => break true,
+                Some(false) => c.in_union[*c.union.last().expect("just pushed")] = true,
+                None => break false,
+            }
+        };
         if qualifies && (!found || c.pushes.len() < c.best.len()) {
             std::mem::swap(&mut c.pushes, &mut c.best);
             found = true;
@@ -887,6 +952,19 @@ mod tests {
         // grid column 6, row 3 (1-based), pushed right (direction 1)
         assert_eq!(corral, vec![((6, 3), 1)], "only the fence box, to the right");
         assert!(all.len() > corral.len() && all.contains(&corral[0]), "{all:?}");
+    }
+
+    /// Neither fenced area qualifies on its own: the right box can be pushed into
+    /// the middle area only from the goal area, and into the goal area only from
+    /// the middle one. Together they form one PI-corral, whose only push is the
+    /// left fence box, to the right; the boxed goal in the player's room waits.
+    #[test]
+    fn two_areas_that_fence_each_other_are_one_pi_corral() {
+        let b = board("##########\n#   #. # #\n#   #  # #\n#@* $  $.#\n#   #  # #\n#   #  # #\n##########\n");
+        let all = pushes_from_start(&b, Pruning::ALL);
+        // the boxed goal up, right or down, the left fence box right
+        assert_eq!(all, vec![((3, 4), 0), ((3, 4), 1), ((3, 4), 2), ((5, 4), 1)]);
+        assert_eq!(pushes_from_start(&b, Pruning::SOLVE), vec![((5, 4), 1)]);
     }
 
     /// An area whose fence box the player could push out of the fence (up, to a
