@@ -365,16 +365,8 @@ pub fn for_each_push_kept(
         if pruning.dead_squares && board.dead_forward[to as usize] {
             return;
         }
-        sc.occ[b as usize] = false;
-        sc.occ[to as usize] = true;
-        moved_boxes(boxes, b, to, &mut next);
-        let dead = pruning.freeze && frozen_dead(board, sc, &next, to, MoveKind::Push);
-        if !dead && keep(&next, to, b) {
-            let p = sc.normalize_after_move(board, b, to, b);
-            emit(&next, p, BoxMove { from: b, dir: d as u8 });
-        }
-        sc.occ[to as usize] = false;
-        sc.occ[b as usize] = true;
+        let m = Move { from: b, to, player: b, dir: d, kind: MoveKind::Push };
+        apply_pruned(board, sc, boxes, &mut next, m, pruning, &mut keep, &mut emit);
     };
     if pruning.pi_corrals && pi_corral_pushes(board, sc, boxes) {
         let pushes = std::mem::take(&mut sc.corral.best);
@@ -434,16 +426,8 @@ pub fn for_each_pull_kept(
             if pruning.dead_squares && board.dead_backward[to as usize] {
                 continue;
             }
-            sc.occ[b as usize] = false;
-            sc.occ[to as usize] = true;
-            moved_boxes(boxes, b, to, &mut next);
-            let dead = pruning.freeze && frozen_dead(board, sc, &next, to, MoveKind::Pull);
-            if !dead && keep(&next, to, step) {
-                let p = sc.normalize_after_move(board, b, to, step);
-                emit(&next, p, BoxMove { from: b, dir: d as u8 });
-            }
-            sc.occ[to as usize] = false;
-            sc.occ[b as usize] = true;
+            let m = Move { from: b, to, player: step, dir: d, kind: MoveKind::Pull };
+            apply_pruned(board, sc, boxes, &mut next, m, pruning, &mut keep, &mut emit);
         }
     }
     sc.next = next;
@@ -643,6 +627,44 @@ fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
         }
     }
     found
+}
+
+/// A legal push or pull: the box goes from `from` to `to` (one step in `dir`)
+/// and the player ends on `player`.
+#[derive(Clone, Copy)]
+struct Move {
+    from: u16,
+    to: u16,
+    player: u16,
+    dir: usize,
+    kind: MoveKind,
+}
+
+/// Makes the move on the occupancy, runs the state prunings and the caller's
+/// `keep` on the new box set, emits the successor with its normalized player
+/// unless pruned, and takes the move back. Push and pull generation share it.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn apply_pruned(
+    board: &Board,
+    sc: &mut Scratch,
+    boxes: &[u16],
+    next: &mut Vec<u16>,
+    m: Move,
+    pruning: Pruning,
+    keep: &mut impl FnMut(&[u16], u16, u16) -> bool,
+    emit: &mut impl FnMut(&[u16], u16, BoxMove),
+) {
+    sc.occ[m.from as usize] = false;
+    sc.occ[m.to as usize] = true;
+    moved_boxes(boxes, m.from, m.to, next);
+    let dead = pruning.freeze && frozen_dead(board, sc, next, m.to, m.kind);
+    if !dead && keep(next, m.to, m.player) {
+        let p = sc.normalize_after_move(board, m.from, m.to, m.player);
+        emit(next, p, BoxMove { from: m.from, dir: m.dir as u8 });
+    }
+    sc.occ[m.to as usize] = false;
+    sc.occ[m.from as usize] = true;
 }
 
 /// Recursion budget for the freeze tests: past it we answer "not frozen", which
