@@ -478,11 +478,21 @@ pub fn build_tables(
     cancel: &AtomicBool,
     progress: &dyn KpgProgress,
 ) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
-    let mut local = |problem: &Problem<u64>, _: &DeadlockTables, side: Side, seeds: &[u64]| {
-        explore(problem, side, seeds, partitions, cancel, progress)
+    // in this process the two sides of a k-game run at once: each is a run of
+    // small layers that alone keeps the threads about two thirds busy
+    let mut local = |problem: &Problem<u64>, _: &DeadlockTables, fwd: &[u64], bwd: &[u64]| {
+        let (f, b) = rayon::join(
+            || explore(problem, Side::Forward, fwd, partitions, cancel, progress),
+            || explore(problem, Side::Backward, bwd, partitions, cancel, progress),
+        );
+        Ok((f?, b?))
     };
-    build_tables_with(board, max_k, progress, &mut local)
+    build_tables_by(board, max_k, progress, &mut local)
 }
+
+/// Explores both sides of a k-game: the forward seeds, then the backward ones.
+type PairExplorer<'a> = dyn FnMut(&Problem<u64>, &DeadlockTables, &[u64], &[u64]) -> Result<(Option<Vec<u64>>, Option<Vec<u64>>), EngineError>
+    + 'a;
 
 /// [`build_tables`] with the exploration of each k-game left to `explore`.
 pub fn build_tables_with(
@@ -490,6 +500,20 @@ pub fn build_tables_with(
     max_k: usize,
     progress: &dyn KpgProgress,
     explore: &mut Explorer<'_>,
+) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
+    let mut one_side_then_the_other = |problem: &Problem<u64>, tables: &DeadlockTables, fwd: &[u64], bwd: &[u64]| {
+        let forward = explore(problem, tables, Side::Forward, fwd)?;
+        let backward = explore(problem, tables, Side::Backward, bwd)?;
+        Ok((forward, backward))
+    };
+    build_tables_by(board, max_k, progress, &mut one_side_then_the_other)
+}
+
+fn build_tables_by(
+    board: Arc<Board>,
+    max_k: usize,
+    progress: &dyn KpgProgress,
+    explore: &mut PairExplorer<'_>,
 ) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
     let max_k = max_k.min(MAX_K).min(board.box_count());
     let mut tables = DeadlockTables::new(board.clone(), Vec::new());
@@ -502,8 +526,7 @@ pub fn build_tables_with(
         let problem = Problem::<u64>::with_boxes(board.clone(), k, Pruning::ALL, patterns)
             .ok_or_else(|| EngineError::Internal(format!("no key space for a {k}-box game")))?;
         let (fwd_seeds, bwd_seeds) = k_seeds(&problem, k);
-        let forward = explore(&problem, &tables, Side::Forward, &fwd_seeds)?;
-        let backward = explore(&problem, &tables, Side::Backward, &bwd_seeds)?;
+        let (forward, backward) = explore(&problem, &tables, &fwd_seeds, &bwd_seeds)?;
         let (Some(forward), Some(backward)) = (forward, backward) else {
             break; // cancelled: keep the complete tables
         };
