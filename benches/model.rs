@@ -58,7 +58,7 @@ fn key_benches(c: &mut Criterion) {
 
 /// The cost of the k-PG check per generated successor: Microban I #144 at
 /// k <= 1..3, and #153 at k <= 3 and 5 (where the forward table holds about
-/// 10^5 patterns).
+/// 2 * 10^4 patterns).
 fn pattern_benches(c: &mut Criterion) {
     pattern_bench(c, 144, &[1, 2, 3]);
     pattern_bench(c, 153, &[3, 5]);

@@ -66,9 +66,10 @@ pub struct KpgArgs {
     /// timeout (seconds) at each k and count the levels solved.
     #[arg(long, value_name = "SECONDS")]
     pub solved_within: Option<f64>,
-    /// Turn off freeze-deadlock pruning (and the frozen-target matching) in every column, to measure what the
-    /// tables prune on their own (freeze pruning catches many of the same
-    /// deadlocks, so with it on the tables' share is smaller).
+    /// Turn off freeze-deadlock pruning (and the frozen-target matching) in every
+    /// column, to measure what the tables prune on their own (freeze pruning
+    /// catches many of the same deadlocks, so with it on the tables' share is
+    /// smaller).
     #[arg(long)]
     pub no_freeze: bool,
     /// Turn off the PI-corral move restriction in every column, to measure what

@@ -490,7 +490,8 @@ pub fn build_tables(
     build_tables_by(board, max_k, progress, &mut local)
 }
 
-/// Explores both sides of a k-game: the forward seeds, then the backward ones.
+/// Explores both sides of a k-game, from the forward and from the backward seeds;
+/// returns what each found (`None` when cancelled).
 type PairExplorer<'a> = dyn FnMut(&Problem<u64>, &DeadlockTables, &[u64], &[u64]) -> Result<(Option<Vec<u64>>, Option<Vec<u64>>), EngineError>
     + 'a;
 
@@ -509,6 +510,7 @@ pub fn build_tables_with(
     build_tables_by(board, max_k, progress, &mut one_side_then_the_other)
 }
 
+/// The table build itself, whichever way the k-games are explored.
 fn build_tables_by(
     board: Arc<Board>,
     max_k: usize,

@@ -467,7 +467,7 @@ struct Corrals {
 /// walls and `F` enclose `A`. The search starts from each area and, when a push of
 /// its fence breaks (2) or (3) only because a square of the push lies in another
 /// area, takes that area in too, as YASS combines corrals. `A` qualifies
-/// qualifies when (1) it must be opened: a box of `F` is off goal or `A` holds a
+/// when (1) it must be opened: a box of `F` is off goal or `A` holds a
 /// goal; (2) every push of a box of `F` that does not go into `A` is impossible
 /// until a box of `F` moves: its target is a wall, a box of `F` or a dead square,
 /// or its player square is a wall, a box of `F` or in `A`; (3) every push into `A`
@@ -759,7 +759,8 @@ struct Matching {
 /// 1-PG reachability as an extension of his tables; here it runs only when a box
 /// freezes on a target, so its cost is rare. On Microban I #153 it catches a box
 /// pushed into the corner below the goal column before the column is full, a
-/// deadlock the k-PG tables only see at k = 5 and up, as 10^5 patterns.
+/// deadlock the k-PG tables only see at k = 5 and up (10^5 patterns before this
+/// matching ran inside the k-games).
 fn frozen_targets_unmatched(board: &Board, sc: &mut Scratch, boxes: &[u16], targets: &[u16], kind: MoveKind) -> bool {
     for &f in &sc.frozen {
         sc.tmp_wall[f as usize] = true;
