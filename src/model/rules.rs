@@ -573,17 +573,16 @@ fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
             if !must_open {
                 break false;
             }
-            let (first, mark, in_union) = (c.first, &c.mark, &c.in_union);
-            // the area of a free square the player cannot reach
+            let (first, mark, in_union, fence_mark) = (c.first, &c.mark, &c.in_union, &c.fence_mark);
+            // the area of a free square the player cannot reach: exactly the
+            // squares labelled above carry a stamp from `first` on
             let area_of = |x: u16| -> Option<usize> {
-                if x == NONE || sc.occ[x as usize] || sc.reach_mark[x as usize] == sc.reach_stamp {
-                    return None;
-                }
-                let m = mark[x as usize];
+                let m = if x == NONE { 0 } else { mark[x as usize] };
                 (m >= first).then(|| (m - first) as usize)
             };
             let in_corral = |x: u16| area_of(x).is_some_and(|a| in_union[a]);
-            let fence_box = |x: u16| x != NONE && sc.occ[x as usize] && c.fence_mark[x as usize] == fs;
+            // only boxes ever carry a fence stamp
+            let fence_box = |x: u16| x != NONE && fence_mark[x as usize] == fs;
             let never_now = |x: u16| x == NONE || fence_box(x) || in_corral(x);
             c.pushes.clear();
             let mut verdict = Some(true);
