@@ -33,7 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => vec![14, 18],
     };
     let text = std::fs::read_to_string("levels/Microban_155.xsb")?;
-    let level = split_collection(&text, "Microban_155.xsb").get(index.wrapping_sub(1)).ok_or("no such level")?.parse()?;
+    let level =
+        split_collection(&text, "Microban_155.xsb").get(index.wrapping_sub(1)).ok_or("no such level")?.parse()?;
     let board = Arc::new(Board::new(&level)?);
     if board.keyspace.width != sokoshard::model::key::KeyWidth::U64 {
         return Err("this experiment handles u64 keys only".into());
@@ -42,8 +43,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = MemStore::<u64>::new(1);
     let exchange = LocalExchange::<u64>::new(1);
     let cancel = AtomicBool::new(false);
-    let mut backend =
-        LocalBackend { problem: &problem, partitioner: Partitioner::new(1), store: &store, exchange: &exchange, cancel: &cancel };
+    let mut backend = LocalBackend {
+        problem: &problem,
+        partitioner: Partitioner::new(1),
+        store: &store,
+        exchange: &exchange,
+        cancel: &cancel,
+    };
     let (starts, goals) = seeds(&problem);
     bidirectional(&mut backend, &starts, &goals, &Limits { cancel: &cancel, max_states: None }, &NoProgress)?;
     let mut layers: Vec<Vec<u64>> = Vec::new();
@@ -106,12 +112,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     gamma += gamma_bits(keys);
                     let meta = ShardMeta { side: 0, partition: p as u32, layer: li as u32 };
                     let bk: u32 = std::env::var("DENSITY_BLOCK").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
-                    let mut w = sokoshard::storage::shard::ShardWriter::<u64>::create_with_block_keys(&dir.join("s.shard"), meta, bk)?.unsynced();
-                    for &k in keys { w.push(k)?; }
+                    let mut w = sokoshard::storage::shard::ShardWriter::<u64>::create_with_block_keys(
+                        &dir.join("s.shard"),
+                        meta,
+                        bk,
+                    )?
+                    .unsynced();
+                    for &k in keys {
+                        w.push(k)?;
+                    }
                     bytes += w.finish()?.bytes;
                 }
             }
-            print!(" {:.2} B/state (largest {worst:.2}x mean; rice {:.2} gamma {:.2}) |", bytes as f64 / states as f64, rice as f64 / 8.0 / states as f64, gamma as f64 / 8.0 / states as f64);
+            print!(
+                " {:.2} B/state (largest {worst:.2}x mean; rice {:.2} gamma {:.2}) |",
+                bytes as f64 / states as f64,
+                rice as f64 / 8.0 / states as f64,
+                gamma as f64 / 8.0 / states as f64
+            );
         }
         println!();
     }
@@ -131,17 +149,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                 }
                 for (p, mut keys) in parts.into_iter().enumerate() {
-                    if keys.is_empty() { continue; }
+                    if keys.is_empty() {
+                        continue;
+                    }
                     keys.sort_unstable();
                     let meta = ShardMeta { side: 0, partition: p as u32, layer: start as u32 };
-                    let mut w = sokoshard::storage::shard::ShardWriter::<u64>::create(&dir.join("m.shard"), meta)?.unsynced();
-                    for &k in &keys { w.push(k)?; }
+                    let mut w =
+                        sokoshard::storage::shard::ShardWriter::<u64>::create(&dir.join("m.shard"), meta)?.unsynced();
+                    for &k in &keys {
+                        w.push(k)?;
+                    }
                     bytes += w.finish()?.bytes;
                 }
                 start = end;
             }
         }
-        println!("merged runs of {g} layers, {tag_bits}-bit tags, 64 partitions: {:.2} B/state", bytes as f64 / states as f64);
+        println!(
+            "merged runs of {g} layers, {tag_bits}-bit tags, 64 partitions: {:.2} B/state",
+            bytes as f64 / states as f64
+        );
     }
     std::fs::remove_dir_all(&dir)?;
     Ok(())
@@ -161,5 +187,12 @@ fn rice_bits(keys: &[u64]) -> u64 {
     bits
 }
 fn gamma_bits(keys: &[u64]) -> u64 {
-    keys.windows(2).map(|w| { let g = w[1]-w[0]; let l = 64 - g.leading_zeros() as u64; 2*l - 1 }).sum::<u64>() + 64
+    keys.windows(2)
+        .map(|w| {
+            let g = w[1] - w[0];
+            let l = 64 - g.leading_zeros() as u64;
+            2 * l - 1
+        })
+        .sum::<u64>()
+        + 64
 }

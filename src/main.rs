@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "sokoshard", version, about = "Push-optimal Sokoban solver: bidirectional partitioned BFS with k-packet-game deadlock tables")]
+#[command(
+    name = "sokoshard",
+    version,
+    about = "Push-optimal Sokoban solver: bidirectional partitioned BFS with k-packet-game deadlock tables"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,9 +51,7 @@ enum Command {
 fn main() -> ExitCode {
     let args = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SOKOSHARD_LOG").unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SOKOSHARD_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     let result = match args.command {

@@ -188,12 +188,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     println!();
     println!("| workers | total time | pushes | states | peak RSS per worker | states exchanged | bytes per state exchanged |");
     println!("|---|---|---|---|---|---|---|");
-    println!(
-        "| local `solve` | {:.2} s | {} | {} | - | - | - |",
-        local_secs,
-        local["pushes"],
-        local["states"]
-    );
+    println!("| local `solve` | {:.2} s | {} | {} | - | - | - |", local_secs, local["pushes"], local["states"]);
     for r in &rows {
         let rss: Vec<String> = r.peak_rss.iter().map(|&b| human_bytes(b)).collect();
         let per = if r.keys_exchanged > 0 { r.bytes_exchanged as f64 / r.keys_exchanged as f64 } else { 0.0 };

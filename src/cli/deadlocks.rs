@@ -134,7 +134,12 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
 
 /// `deadlocks build --coordinator`: the cluster plays the k-games; the database
 /// comes back checked against this level and is written like a local build's.
-fn build_on_cluster(args: &BuildArgs, addr: &str, level: &sokoshard::model::level::Level, board: &Arc<Board>) -> Result<ExitCode> {
+fn build_on_cluster(
+    args: &BuildArgs,
+    addr: &str,
+    level: &sokoshard::model::level::Level,
+    board: &Arc<Board>,
+) -> Result<ExitCode> {
     let net = args.net.config()?;
     let text = level.to_xsb();
     let bar = std::io::stderr().is_terminal().then(|| {
@@ -184,7 +189,8 @@ fn report_build(args: &BuildArgs, stats: &[KStats], bytes: u64) -> Result<ExitCo
 
 fn show(args: ShowArgs) -> Result<ExitCode> {
     let file = kdb::read(&args.file)?;
-    let level = parse_one(&file.level_text, &args.file.display().to_string()).context("the level stored in the database")?;
+    let level =
+        parse_one(&file.level_text, &args.file.display().to_string()).context("the level stored in the database")?;
     let board = Board::new(&level)?;
     println!("{}: level fingerprint {:#018x}, {} floor squares", args.file.display(), file.fingerprint, file.floor);
     print!("{}", board.draw(&board.start_boxes, Some(board.start_player)));
@@ -197,7 +203,9 @@ fn show(args: ShowArgs) -> Result<ExitCode> {
                 let boxes = unpack(*key, t.k);
                 let (player, note) = match &set.map[key] {
                     DeadPlayers::Any => (None, "any player position".to_string()),
-                    DeadPlayers::Squares(v) => (v.first().copied(), format!("player in {} region(s), one shown", v.len())),
+                    DeadPlayers::Squares(v) => {
+                        (v.first().copied(), format!("player in {} region(s), one shown", v.len()))
+                    }
                 };
                 println!("  {note}:");
                 for row in board.draw(&boxes, player).lines() {

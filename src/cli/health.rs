@@ -29,7 +29,8 @@ pub struct HealthArgs {
 pub fn run(a: HealthArgs) -> Result<ExitCode> {
     anyhow::ensure!(a.timeout > 0.0 && a.timeout.is_finite(), "--timeout must be a positive number of seconds");
     let net = a.net.config()?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    let rt =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
     let limit = Duration::from_secs_f64(a.timeout);
     let answer: Result<String, String> = rt.block_on(async {
         if a.worker {

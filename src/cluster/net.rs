@@ -65,7 +65,8 @@ impl NetConfig {
             if let Some(cert) = &tls.cert {
                 // a node serving TLS dials its peers with TLS: its own cert is the CA
                 // when the cluster shares one self-signed certificate
-                let mut cfg = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(Self::read(cert, "certificate")?));
+                let mut cfg =
+                    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(Self::read(cert, "certificate")?));
                 if let Some(d) = &tls.domain {
                     cfg = cfg.domain_name(d.clone());
                 }
@@ -165,7 +166,9 @@ impl Interceptor for CheckToken {
                 .and_then(|s| s.strip_prefix("Bearer ").map(|t| t.as_bytes().to_vec()))
         });
         match given {
-            None => Err(ClusterError::Unauthenticated("no cluster token (set --token or SOKOSHARD_TOKEN)".into()).into()),
+            None => {
+                Err(ClusterError::Unauthenticated("no cluster token (set --token or SOKOSHARD_TOKEN)".into()).into())
+            }
             Some(t) if same(&t, self.0.as_bytes()) => Ok(req),
             Some(_) => Err(ClusterError::Unauthenticated("wrong cluster token".into()).into()),
         }

@@ -14,7 +14,8 @@ const HEADER: usize = 28;
 
 /// Writes `value` durably at `path`.
 pub fn write<T: serde::Serialize>(path: &Path, magic: &[u8; 8], version: u32, value: &T) -> Result<(), ClusterError> {
-    let body = serde_json::to_vec(value).map_err(|e| ClusterError::Internal(format!("encoding {}: {e}", path.display())))?;
+    let body =
+        serde_json::to_vec(value).map_err(|e| ClusterError::Internal(format!("encoding {}: {e}", path.display())))?;
     let mut buf = Vec::with_capacity(HEADER + body.len());
     buf.extend_from_slice(magic);
     buf.extend_from_slice(&version.to_le_bytes());
@@ -29,7 +30,8 @@ pub fn write<T: serde::Serialize>(path: &Path, magic: &[u8; 8], version: u32, va
     f.write_all(&buf).map_err(|e| io("writing", e))?;
     f.sync_all().map_err(|e| io("syncing", e))?;
     drop(f);
-    fs::rename(&tmp, path).map_err(|e| ClusterError::io(format!("renaming {} to {}", tmp.display(), path.display()), e))?;
+    fs::rename(&tmp, path)
+        .map_err(|e| ClusterError::io(format!("renaming {} to {}", tmp.display(), path.display()), e))?;
     if let Some(dir) = path.parent() {
         if let Ok(d) = File::open(dir) {
             let _ = d.sync_all();
@@ -40,7 +42,11 @@ pub fn write<T: serde::Serialize>(path: &Path, magic: &[u8; 8], version: u32, va
 
 /// Reads a file written by [`write`]; `Ok(None)` when it does not exist. A bad
 /// magic, version, length or checksum is [`ClusterError::DataLoss`].
-pub fn read<T: serde::de::DeserializeOwned>(path: &Path, magic: &[u8; 8], version: u32) -> Result<Option<T>, ClusterError> {
+pub fn read<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    magic: &[u8; 8],
+    version: u32,
+) -> Result<Option<T>, ClusterError> {
     let buf = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

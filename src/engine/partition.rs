@@ -179,7 +179,9 @@ pub struct LocalExchange<K> {
 
 impl<K: StateKey> LocalExchange<K> {
     pub fn new(partitions: usize) -> Self {
-        LocalExchange { buffers: (0..partitions).map(|_| Mutex::new(Buffer { keys: Vec::new(), compacted: 0 })).collect() }
+        LocalExchange {
+            buffers: (0..partitions).map(|_| Mutex::new(Buffer { keys: Vec::new(), compacted: 0 })).collect(),
+        }
     }
 
     fn lock(&self, partition: usize) -> std::sync::MutexGuard<'_, Buffer<K>> {

@@ -47,9 +47,9 @@ pub fn rebuild<K: StateKey>(
         let mut cands: Vec<(K, BoxMove)> = Vec::new();
         problem.expand_unpruned(Side::Backward, &cur, &mut sc, |k, m| cands.push((k, m)));
         let keys: Vec<K> = cands.iter().map(|c| c.0).collect();
-        let i = lookup.first_in_layer(Side::Forward, layer, &keys)?.ok_or_else(|| {
-            EngineError::Internal(format!("path rebuild: no predecessor in forward layer {layer}"))
-        })?;
+        let i = lookup
+            .first_in_layer(Side::Forward, layer, &keys)?
+            .ok_or_else(|| EngineError::Internal(format!("path rebuild: no predecessor in forward layer {layer}")))?;
         let (prev, pull) = cands[i];
         // the pull dragged the box from `pull.from` one step in `pull.dir`; the push
         // that undoes it starts there and goes the other way
@@ -63,9 +63,9 @@ pub fn rebuild<K: StateKey>(
         let mut cands: Vec<(K, BoxMove)> = Vec::new();
         problem.expand_unpruned(Side::Forward, &cur, &mut sc, |k, m| cands.push((k, m)));
         let keys: Vec<K> = cands.iter().map(|c| c.0).collect();
-        let i = lookup.first_in_layer(Side::Backward, layer, &keys)?.ok_or_else(|| {
-            EngineError::Internal(format!("path rebuild: no successor in backward layer {layer}"))
-        })?;
+        let i = lookup
+            .first_in_layer(Side::Backward, layer, &keys)?
+            .ok_or_else(|| EngineError::Internal(format!("path rebuild: no successor in backward layer {layer}")))?;
         head.push(cands[i].1);
         cur = cands[i].0;
     }

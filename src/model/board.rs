@@ -60,12 +60,8 @@ impl Board {
     pub fn new(level: &Level) -> Result<Board, LevelError> {
         let (w, h) = (level.width, level.height);
         let n = w * h;
-        let err = |kind| LevelError {
-            source_name: level.source.clone(),
-            line: level.first_line,
-            index: level.index,
-            kind,
-        };
+        let err =
+            |kind| LevelError { source_name: level.source.clone(), line: level.first_line, index: level.index, kind };
         // interior: reachable from the player walking through boxes
         let mut inside = vec![false; n];
         let mut stack = vec![level.player];
@@ -95,11 +91,8 @@ impl Board {
                     c / w + 1
                 ));
             } else if level.goals[c] && unsolvable.is_none() {
-                unsolvable = Some(format!(
-                    "the goal at column {}, row {} can never be reached by a box",
-                    c % w + 1,
-                    c / w + 1
-                ));
+                unsolvable =
+                    Some(format!("the goal at column {}, row {} can never be reached by a box", c % w + 1, c / w + 1));
             }
         }
         let cell_of: Vec<usize> = (0..n).filter(|&c| inside[c]).collect();
@@ -128,9 +121,8 @@ impl Board {
         for &b in &start_boxes {
             is_start_box[b as usize] = true;
         }
-        let keyspace = KeySpace::new(nf, start_boxes.len()).ok_or_else(|| {
-            err(LevelErrorKind::TooLarge { what: format!("{nf} floor squares") })
-        })?;
+        let keyspace = KeySpace::new(nf, start_boxes.len())
+            .ok_or_else(|| err(LevelErrorKind::TooLarge { what: format!("{nf} floor squares") }))?;
         let mut board = Board {
             width: w,
             height: h,
@@ -154,11 +146,8 @@ impl Board {
         if board.unsolvable.is_none() {
             if let Some(&b) = board.start_boxes.iter().find(|&&b| board.dead_forward[b as usize]) {
                 let c = board.cell_of[b as usize];
-                board.unsolvable = Some(format!(
-                    "the box at column {}, row {} can never reach a goal",
-                    c % w + 1,
-                    c / w + 1
-                ));
+                board.unsolvable =
+                    Some(format!("the box at column {}, row {} can never reach a goal", c % w + 1, c / w + 1));
             }
         }
         Ok(board)

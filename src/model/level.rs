@@ -97,12 +97,9 @@ impl fmt::Display for LevelErrorKind {
                 write!(f, "{boxes} boxes but {goals} goals; the counts must be equal")
             }
             LevelErrorKind::NoBoxes => write!(f, "the level has no boxes"),
-            LevelErrorKind::Open { x, y } => write!(
-                f,
-                "the level is open: the player can walk off the map at column {}, row {}",
-                x + 1,
-                y + 1
-            ),
+            LevelErrorKind::Open { x, y } => {
+                write!(f, "the level is open: the player can walk off the map at column {}, row {}", x + 1, y + 1)
+            }
             LevelErrorKind::UnknownCharacter { ch, column } => {
                 write!(f, "unknown character {ch:?} at column {column}")
             }
@@ -295,9 +292,7 @@ impl LevelText {
         if width > MAX_SIDE || height > MAX_SIDE {
             return Err(self.err(
                 first_line,
-                LevelErrorKind::TooLarge {
-                    what: format!("{width}x{height} grid; the limit is {MAX_SIDE}x{MAX_SIDE}"),
-                },
+                LevelErrorKind::TooLarge { what: format!("{width}x{height} grid; the limit is {MAX_SIDE}x{MAX_SIDE}") },
             ));
         }
         let n = width * height;
@@ -326,10 +321,7 @@ impl LevelText {
                         goals[c] = true
                     }
                     other => {
-                        return Err(self.err(
-                            *lineno,
-                            LevelErrorKind::UnknownCharacter { ch: other, column: x + 1 },
-                        ))
+                        return Err(self.err(*lineno, LevelErrorKind::UnknownCharacter { ch: other, column: x + 1 }))
                     }
                 }
             }
@@ -388,12 +380,7 @@ impl LevelText {
 pub fn parse_one(text: &str, source: &str) -> Result<Level, LevelError> {
     match split_collection(text, source).first() {
         Some(t) => t.parse(),
-        None => Err(LevelError {
-            source_name: source.to_string(),
-            line: 1,
-            index: 1,
-            kind: LevelErrorKind::Empty,
-        }),
+        None => Err(LevelError { source_name: source.to_string(), line: 1, index: 1, kind: LevelErrorKind::Empty }),
     }
 }
 

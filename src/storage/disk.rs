@@ -51,10 +51,10 @@ use crate::engine::Side;
 use crate::model::key::StateKey;
 use crate::storage::shard::{sync_parent_dir, ShardMeta, ShardReader, ShardWriter};
 use crate::storage::StorageError;
+use rayon::prelude::*;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use xxhash_rust::xxh3::xxh3_64;
@@ -441,7 +441,14 @@ impl<K: StateKey> DiskStore<K> {
             part_share: opts.memory_bytes / partitions as u64,
             opts,
             parts: (0..partitions)
-                .map(|_| Mutex::new(Part { runs: [Vec::new(), Vec::new()], pending: [None, None], writer: [None, None], mem: 0 }))
+                .map(|_| {
+                    Mutex::new(Part {
+                        runs: [Vec::new(), Vec::new()],
+                        pending: [None, None],
+                        writer: [None, None],
+                        mem: 0,
+                    })
+                })
                 .collect(),
             sealed: [AtomicUsize::new(0), AtomicUsize::new(0)],
             open_readers: AtomicUsize::new(0),
@@ -595,7 +602,13 @@ impl<K: StateKey> DiskStore<K> {
     fn finish_layer(&self, w: ShardWriter<K>, layer: usize) -> Result<Shard<K>, StorageError> {
         let info = w.finish()?;
         self.account_written(info.bytes, info.keys);
-        Ok(Shard { file: FileName { first: layer, last: layer }, bytes: info.bytes, reader: None, reader_mem: 0, pooled: false })
+        Ok(Shard {
+            file: FileName { first: layer, last: layer },
+            bytes: info.bytes,
+            reader: None,
+            reader_mem: 0,
+            pooled: false,
+        })
     }
 
     /// Whether `bytes` more of a layer fit `part`'s share under the policy
@@ -685,7 +698,14 @@ impl<K: StateKey> DiskStore<K> {
     }
 
     /// Opens a run's shard and checks that it is the one the store wrote.
-    fn open_reader(&self, side: Side, p: usize, run_first: usize, len: u64, file: FileName) -> Result<Reader<K>, StorageError> {
+    fn open_reader(
+        &self,
+        side: Side,
+        p: usize,
+        run_first: usize,
+        len: u64,
+        file: FileName,
+    ) -> Result<Reader<K>, StorageError> {
         let path = file.path(&self.dir, side, p);
         let (r, got_len) = if file.tagged() {
             let r = ShardReader::<TagKey<K>>::open(&path)?;
@@ -699,7 +719,10 @@ impl<K: StateKey> DiskStore<K> {
             (Reader::Plain(r), n)
         };
         if got_len != len {
-            return Err(StorageError::Misplaced { path, reason: format!("it holds {got_len} keys, the store wrote {len}") });
+            return Err(StorageError::Misplaced {
+                path,
+                reason: format!("it holds {got_len} keys, the store wrote {len}"),
+            });
         }
         Ok(r)
     }
@@ -735,7 +758,9 @@ impl<K: StateKey> DiskStore<K> {
         while part.mem + need > self.part_share {
             let runs = &part.runs;
             let oldest = (0..2)
-                .flat_map(|s| runs[s].iter().enumerate().filter(|(_, r)| r.keys.is_some()).map(move |(i, r)| (r.seq, s, i)))
+                .flat_map(|s| {
+                    runs[s].iter().enumerate().filter(|(_, r)| r.keys.is_some()).map(move |(i, r)| (r.seq, s, i))
+                })
                 .min();
             let Some((_, s, i)) = oldest else { return Ok(()) };
             let side = Side::from_index(s);
@@ -774,7 +799,9 @@ impl<K: StateKey> DiskStore<K> {
             let Some(start) = end.checked_sub(MERGE_FANIN) else { return Ok(()) };
             let group = &runs[start..end];
             let tier = group[0].tier;
-            if !group.iter().all(|r| r.on_disk_only() && r.tier == tier) || group[MERGE_FANIN - 1].last() - group[0].first > MAX_SPAN {
+            if !group.iter().all(|r| r.on_disk_only() && r.tier == tier)
+                || group[MERGE_FANIN - 1].last() - group[0].first > MAX_SPAN
+            {
                 return Ok(());
             }
             let merged = self.merge(side, p, group)?;
@@ -798,7 +825,8 @@ impl<K: StateKey> DiskStore<K> {
         let path = file.path(&self.dir, side, p);
         Self::ensure_parent(&path)?;
         let readers = group.iter().map(|r| self.open_for_merge(side, p, r)).collect::<Result<Vec<_>, _>>()?;
-        let mut sources: Vec<Source<'_, K>> = readers.iter().zip(group).map(|(rd, r)| source(rd, r.first - first)).collect();
+        let mut sources: Vec<Source<'_, K>> =
+            readers.iter().zip(group).map(|(rd, r)| source(rd, r.first - first)).collect();
         let mut w = ShardWriter::<TagKey<K>>::create(&path, Self::meta(side, first, p))?.unsynced();
         loop {
             // the smallest head among at most MERGE_FANIN sources
@@ -1021,11 +1049,9 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             }
             let mut best: Option<(u8, usize)> = None;
             self.with_reader(run, mem, side, partition, |r| {
-                probe(r, keys, |i, off| {
-                    match best {
-                        Some(b) if b <= (off, i) => {}
-                        _ => best = Some((off, i)),
-                    }
+                probe(r, keys, |i, off| match best {
+                    Some(b) if b <= (off, i) => {}
+                    _ => best = Some((off, i)),
                 })
             })?;
             if let Some((off, i)) = best {
@@ -1338,10 +1364,16 @@ mod tests {
         // regression: with a budget too small for any reader, every lookup of a
         // deep level's small shards reopened its file (Microban #139)
         let parts = Partitioner::new(4);
-        let layers: [Vec<Vec<u64>>; 2] = [(0..6u64).map(|l| (l * 100..l * 100 + 40).collect()).collect(), vec![vec![9_999]]];
+        let layers: [Vec<Vec<u64>>; 2] =
+            [(0..6u64).map(|l| (l * 100..l * 100 + 40).collect()).collect(), vec![vec![9_999]]];
         for max_open in [0usize, 3, 1000] {
             let dir = tempfile::tempdir().unwrap();
-            let disk = DiskStore::<u64>::create(dir.path(), 4, DiskOptions { max_open_shards: max_open, ..opts(0, SpillPolicy::AllToDisk) }).unwrap();
+            let disk = DiskStore::<u64>::create(
+                dir.path(),
+                4,
+                DiskOptions { max_open_shards: max_open, ..opts(0, SpillPolicy::AllToDisk) },
+            )
+            .unwrap();
             fill(&disk, &layers, parts);
             for (p, keys) in split(&(0..600).collect::<Vec<u64>>(), parts).into_iter().enumerate() {
                 assert!(disk.find_any(Side::Forward, p, &keys).unwrap().is_some());
@@ -1382,7 +1414,9 @@ mod tests {
     }
 
     fn sample_layers() -> [Vec<Vec<u64>>; 2] {
-        let layer = |seed: u64, n: u64| (0..n).map(|i| xxh3_64(&(seed * 1_000_003 + i).to_le_bytes()) % 1_000_000).collect::<Vec<_>>();
+        let layer = |seed: u64, n: u64| {
+            (0..n).map(|i| xxh3_64(&(seed * 1_000_003 + i).to_le_bytes()) % 1_000_000).collect::<Vec<_>>()
+        };
         let disjoint = |mut side: Vec<Vec<u64>>| {
             let mut seen = std::collections::HashSet::new();
             for l in &mut side {
@@ -1452,7 +1486,8 @@ mod tests {
         store.seal_layer(Side::Backward).unwrap();
         reference.seal_layer(Side::Backward).unwrap();
         drop(store);
-        let store = DiskStore::<u64>::open(dir.path(), DiskOptions { memory_bytes: 0, ..DiskOptions::default() }).unwrap();
+        let store =
+            DiskStore::<u64>::open(dir.path(), DiskOptions { memory_bytes: 0, ..DiskOptions::default() }).unwrap();
         assert_eq!(store.layers(Side::Backward), 3);
         assert_same(&reference, &store, parts, &probes);
 
@@ -1464,12 +1499,9 @@ mod tests {
     /// A spilled store with every layer on disk and no cached readers, so each
     /// access opens its file.
     fn spilled(dir: &Path) -> DiskStore<u64> {
-        let store = DiskStore::<u64>::create(
-            dir,
-            4,
-            DiskOptions { max_open_shards: 0, ..opts(0, SpillPolicy::AllToDisk) },
-        )
-        .unwrap();
+        let store =
+            DiskStore::<u64>::create(dir, 4, DiskOptions { max_open_shards: 0, ..opts(0, SpillPolicy::AllToDisk) })
+                .unwrap();
         fill(&store, &sample_layers(), Partitioner::new(4));
         store
     }
@@ -1529,7 +1561,10 @@ mod tests {
         let (a, b) = (shard_path(dir.path(), Side::Backward, 0, 0), shard_path(dir.path(), Side::Backward, 0, 1));
         fs::copy(&a, &b).unwrap();
         let e = chunks(&store, Side::Backward, 0, 1).unwrap_err();
-        assert!(matches!(e, StorageError::Misplaced { ref path, ref reason } if *path == b && reason.contains("partition 0")), "{e}");
+        assert!(
+            matches!(e, StorageError::Misplaced { ref path, ref reason } if *path == b && reason.contains("partition 0")),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1554,7 +1589,9 @@ mod tests {
     fn manifest_damage_is_named() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = DiskStore::<u64>::create(dir.path(), 4, DiskOptions { durable: true, ..DiskOptions::default() }).unwrap();
+            let store =
+                DiskStore::<u64>::create(dir.path(), 4, DiskOptions { durable: true, ..DiskOptions::default() })
+                    .unwrap();
             fill(&store, &sample_layers(), Partitioner::new(4));
         }
         let path = dir.path().join(MANIFEST_NAME);
@@ -1590,7 +1627,10 @@ mod tests {
             (0..60u64)
                 .map(|l| {
                     let n = 20 + (xxh3_64(&(seed + l).to_le_bytes()) % 300);
-                    (0..n).map(|i| xxh3_64(&(seed * 7919 + l * 1000 + i).to_le_bytes()) % 200_000).filter(|k| seen.insert(*k)).collect()
+                    (0..n)
+                        .map(|i| xxh3_64(&(seed * 7919 + l * 1000 + i).to_le_bytes()) % 200_000)
+                        .filter(|k| seen.insert(*k))
+                        .collect()
                 })
                 .collect()
         };

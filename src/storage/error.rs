@@ -24,37 +24,21 @@ pub enum StorageError {
     BadMagic { path: PathBuf },
 
     #[error("{path}: shard format version {found} is not supported (this build reads version {expected})", path = .path.display())]
-    UnsupportedVersion {
-        path: PathBuf,
-        found: u32,
-        expected: u32,
-    },
+    UnsupportedVersion { path: PathBuf, found: u32, expected: u32 },
 
     #[error("{path}: shard holds {found}-limb keys but was opened as {expected}-limb keys", path = .path.display())]
-    WrongKeyWidth {
-        path: PathBuf,
-        found: u32,
-        expected: u32,
-    },
+    WrongKeyWidth { path: PathBuf, found: u32, expected: u32 },
 
     /// The key type has more limbs than the codec's fixed scratch space supports.
     #[error("{path}: key type with {limbs} limbs is wider than shards support", path = .path.display())]
     UnsupportedKeyType { path: PathBuf, limbs: usize },
 
     #[error("{path}: truncated: expected {expected} bytes, found {found}", path = .path.display())]
-    Truncated {
-        path: PathBuf,
-        expected: u64,
-        found: u64,
-    },
+    Truncated { path: PathBuf, expected: u64, found: u64 },
 
     /// The whole-file checksum (header, body and index) does not match the footer.
     #[error("{path}: checksum mismatch: footer says {stored:#018x}, contents hash to {computed:#018x}", path = .path.display())]
-    ChecksumMismatch {
-        path: PathBuf,
-        stored: u64,
-        computed: u64,
-    },
+    ChecksumMismatch { path: PathBuf, stored: u64, computed: u64 },
 
     /// The header, block index or footer is inconsistent or fails its checksum.
     #[error("{path}: corrupt header/index: {reason}", path = .path.display())]
@@ -62,11 +46,7 @@ pub enum StorageError {
 
     /// One block failed its checksum or does not decode to what the index promises.
     #[error("{path}: corrupt block {block}: {reason}", path = .path.display())]
-    CorruptBlock {
-        path: PathBuf,
-        block: u64,
-        reason: String,
-    },
+    CorruptBlock { path: PathBuf, block: u64, reason: String },
 
     /// A writer was handed a key not strictly greater than the previous one.
     #[error("{path}: key #{index} is not strictly greater than the previous key", path = .path.display())]
@@ -109,11 +89,7 @@ fn is_disk_full(e: &io::Error) -> bool {
 
 impl StorageError {
     pub(crate) fn io(path: &Path, op: &'static str, source: io::Error) -> Self {
-        StorageError::Io {
-            path: path.to_path_buf(),
-            op,
-            source,
-        }
+        StorageError::Io { path: path.to_path_buf(), op, source }
     }
 
     /// True when the error is the device running out of space, which a caller may
@@ -150,23 +126,12 @@ mod tests {
 
     #[test]
     fn disk_full_is_named_in_the_message() {
-        let e = StorageError::io(
-            Path::new("/data/f0/L12.shard.tmp"),
-            "writing",
-            io::Error::from_raw_os_error(ENOSPC),
-        );
+        let e = StorageError::io(Path::new("/data/f0/L12.shard.tmp"), "writing", io::Error::from_raw_os_error(ENOSPC));
         assert!(e.is_disk_full());
         let msg = e.to_string();
-        assert!(
-            msg.starts_with("disk full while writing /data/f0/L12.shard.tmp"),
-            "{msg}"
-        );
+        assert!(msg.starts_with("disk full while writing /data/f0/L12.shard.tmp"), "{msg}");
 
-        let e = StorageError::io(
-            Path::new("/x"),
-            "opening",
-            io::Error::new(io::ErrorKind::NotFound, "gone"),
-        );
+        let e = StorageError::io(Path::new("/x"), "opening", io::Error::new(io::ErrorKind::NotFound, "gone"));
         assert!(!e.is_disk_full());
         assert_eq!(e.to_string(), "error opening /x: gone");
     }

@@ -129,10 +129,7 @@ fn rd_u64(b: &[u8], at: usize) -> u64 {
 
 fn check_key_type<K: StateKey>(path: &Path) -> Result<(), StorageError> {
     if K::LIMBS == 0 || K::LIMBS > MAX_LIMBS {
-        return Err(StorageError::UnsupportedKeyType {
-            path: path.to_path_buf(),
-            limbs: K::LIMBS,
-        });
+        return Err(StorageError::UnsupportedKeyType { path: path.to_path_buf(), limbs: K::LIMBS });
     }
     Ok(())
 }
@@ -251,10 +248,7 @@ fn decode_block<K: StateKey>(
     let n = K::LIMBS;
     let kb = n * 8;
     if raw.len() < kb {
-        return Err(format!(
-            "{} bytes cannot hold a {kb}-byte first key",
-            raw.len()
-        ));
+        return Err(format!("{} bytes cannot hold a {kb}-byte first key", raw.len()));
     }
     let mut cur = [0u64; MAX_LIMBS];
     for (i, x) in cur.iter_mut().enumerate().take(n) {
@@ -270,9 +264,7 @@ fn decode_block<K: StateKey>(
     for i in 1..count {
         get_delta(raw, &mut pos, n, &mut d).map_err(|e| format!("key {i}: {e}"))?;
         if d[..n].iter().all(|&x| x == 0) {
-            return Err(format!(
-                "key {i}: zero delta (keys must be strictly increasing)"
-            ));
+            return Err(format!("key {i}: zero delta (keys must be strictly increasing)"));
         }
         if add_limbs(&mut cur, &d, n) {
             return Err(format!("key {i}: delta overflows the key width"));
@@ -280,10 +272,7 @@ fn decode_block<K: StateKey>(
         out.push(key_of(&cur));
     }
     if pos != raw.len() {
-        return Err(format!(
-            "{} trailing bytes after {count} keys",
-            raw.len() - pos
-        ));
+        return Err(format!("{} trailing bytes after {count} keys", raw.len() - pos));
     }
     if let (Some(last), Some(nf)) = (out.last(), next_first) {
         if last >= nf {
@@ -293,14 +282,7 @@ fn decode_block<K: StateKey>(
     Ok(())
 }
 
-fn encode_header(
-    limbs: usize,
-    block_keys: u32,
-    meta: ShardMeta,
-    keys: u64,
-    blocks: u64,
-    file_len: u64,
-) -> [u8; 64] {
+fn encode_header(limbs: usize, block_keys: u32, meta: ShardMeta, keys: u64, blocks: u64, file_len: u64) -> [u8; 64] {
     let mut h = [0u8; HEADER_LEN as usize];
     h[0..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -342,9 +324,7 @@ pub(crate) fn sync_parent_dir(path: &Path) -> Result<(), StorageError> {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| StorageError::io(dir, "syncing directory", e))?;
+        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| StorageError::io(dir, "syncing directory", e))?;
     }
     #[cfg(not(unix))]
     let _ = path;
@@ -352,11 +332,7 @@ pub(crate) fn sync_parent_dir(path: &Path) -> Result<(), StorageError> {
 }
 
 /// Writes `keys` (strictly increasing) as a shard at `path`.
-pub fn write_shard<K: StateKey>(
-    path: &Path,
-    meta: ShardMeta,
-    keys: &[K],
-) -> Result<ShardInfo, StorageError> {
+pub fn write_shard<K: StateKey>(path: &Path, meta: ShardMeta, keys: &[K]) -> Result<ShardInfo, StorageError> {
     let mut w = ShardWriter::<K>::create(path, meta)?;
     for &k in keys {
         w.push(k)?;
@@ -365,11 +341,7 @@ pub fn write_shard<K: StateKey>(
 }
 
 /// Like [`write_shard`] without the fsyncs ([`ShardWriter::unsynced`]).
-pub fn write_shard_unsynced<K: StateKey>(
-    path: &Path,
-    meta: ShardMeta,
-    keys: &[K],
-) -> Result<ShardInfo, StorageError> {
+pub fn write_shard_unsynced<K: StateKey>(path: &Path, meta: ShardMeta, keys: &[K]) -> Result<ShardInfo, StorageError> {
     let mut w = ShardWriter::<K>::create(path, meta)?.unsynced();
     for &k in keys {
         w.push(k)?;
@@ -412,11 +384,7 @@ impl<K: StateKey> ShardWriter<K> {
 
     /// Like [`ShardWriter::create`] with `block_keys` (1..=[`MAX_BLOCK_KEYS`])
     /// keys per block: smaller blocks make lookups cheaper and the index bigger.
-    pub fn create_with_block_keys(
-        path: &Path,
-        meta: ShardMeta,
-        block_keys: u32,
-    ) -> Result<Self, StorageError> {
+    pub fn create_with_block_keys(path: &Path, meta: ShardMeta, block_keys: u32) -> Result<Self, StorageError> {
         check_key_type::<K>(path)?;
         if block_keys == 0 || block_keys > MAX_BLOCK_KEYS {
             return Err(StorageError::io(
@@ -433,8 +401,7 @@ impl<K: StateKey> ShardWriter<K> {
         let mut out = BufWriter::with_capacity(WRITE_BUFFER, file);
         // Zeroed placeholder: until finish() rewrites it, the file has no magic
         // and can never be mistaken for a shard.
-        out.write_all(&[0u8; HEADER_LEN as usize])
-            .map_err(|e| StorageError::io(&tmp, "writing", e))?;
+        out.write_all(&[0u8; HEADER_LEN as usize]).map_err(|e| StorageError::io(&tmp, "writing", e))?;
         Ok(ShardWriter {
             path: path.to_path_buf(),
             tmp,
@@ -470,9 +437,7 @@ impl<K: StateKey> ShardWriter<K> {
     /// Appends `key`, which must be strictly greater than the previous one.
     pub fn push(&mut self, key: K) -> Result<(), StorageError> {
         if self.failed {
-            return Err(StorageError::WriterFailed {
-                path: self.path.clone(),
-            });
+            return Err(StorageError::WriterFailed { path: self.path.clone() });
         }
         let r = self.push_inner(key);
         if r.is_err() {
@@ -494,10 +459,7 @@ impl<K: StateKey> ShardWriter<K> {
         let limbs = limbs_of(&key);
         if let Some(p) = self.prev {
             if key <= p {
-                return Err(StorageError::NotSorted {
-                    path: self.path.clone(),
-                    index: self.keys,
-                });
+                return Err(StorageError::NotSorted { path: self.path.clone(), index: self.keys });
             }
         }
         if self.block_count == 0 {
@@ -520,12 +482,8 @@ impl<K: StateKey> ShardWriter<K> {
 
     fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
         match self.out.as_mut() {
-            Some(out) => out
-                .write_all(bytes)
-                .map_err(|e| StorageError::io(&self.tmp, "writing", e)),
-            None => Err(StorageError::WriterFailed {
-                path: self.path.clone(),
-            }),
+            Some(out) => out.write_all(bytes).map_err(|e| StorageError::io(&self.tmp, "writing", e)),
+            None => Err(StorageError::WriterFailed { path: self.path.clone() }),
         }
     }
 
@@ -533,8 +491,7 @@ impl<K: StateKey> ShardWriter<K> {
         if self.block_count == 0 {
             return Ok(());
         }
-        self.comp
-            .resize(lz4_flex::block::get_maximum_output_size(self.raw.len()), 0);
+        self.comp.resize(lz4_flex::block::get_maximum_output_size(self.raw.len()), 0);
         // Compression can only fail on a too-small output buffer; storing the
         // block raw is a correct answer to that as well as to incompressible data.
         let codec = match lz4_flex::block::compress_into(&self.raw, &mut self.comp) {
@@ -544,27 +501,18 @@ impl<K: StateKey> ShardWriter<K> {
             }
             _ => CODEC_RAW,
         };
-        let stored = if codec == CODEC_LZ4 {
-            std::mem::take(&mut self.comp)
-        } else {
-            std::mem::take(&mut self.raw)
-        };
+        let stored = if codec == CODEC_LZ4 { std::mem::take(&mut self.comp) } else { std::mem::take(&mut self.raw) };
         let hash = xxh3_64(&stored);
         let res = self.write(&stored);
         self.hasher.update(&stored);
         // Block sizes are bounded by MAX_BLOCK_KEYS × widest key, far below u32::MAX.
         let stored_len = stored.len() as u32;
-        let raw_len = if codec == CODEC_LZ4 {
-            self.raw.len()
-        } else {
-            stored.len()
-        } as u32;
+        let raw_len = if codec == CODEC_LZ4 { self.raw.len() } else { stored.len() } as u32;
         put_key(&self.block_first, &mut self.index);
         self.index.extend_from_slice(&self.pos.to_le_bytes());
         self.index.extend_from_slice(&stored_len.to_le_bytes());
         self.index.extend_from_slice(&raw_len.to_le_bytes());
-        self.index
-            .extend_from_slice(&self.block_count.to_le_bytes());
+        self.index.extend_from_slice(&self.block_count.to_le_bytes());
         self.index.push(codec);
         self.index.extend_from_slice(&hash.to_le_bytes());
         self.pos += stored.len() as u64;
@@ -582,9 +530,7 @@ impl<K: StateKey> ShardWriter<K> {
     /// [`ShardWriter::unsynced`]), rename into place.
     pub fn finish(mut self) -> Result<ShardInfo, StorageError> {
         if self.failed {
-            return Err(StorageError::WriterFailed {
-                path: self.path.clone(),
-            });
+            return Err(StorageError::WriterFailed { path: self.path.clone() });
         }
         let r = self.finish_inner();
         if r.is_err() {
@@ -600,14 +546,7 @@ impl<K: StateKey> ShardWriter<K> {
         self.write(&index)?;
         self.hasher.update(&index);
         let file_len = index_offset + index.len() as u64 + FOOTER_LEN;
-        let header = encode_header(
-            K::LIMBS,
-            self.block_keys,
-            self.meta,
-            self.keys,
-            self.blocks,
-            file_len,
-        );
+        let header = encode_header(K::LIMBS, self.block_keys, self.meta, self.keys, self.blocks, file_len);
         self.hasher.update(&header);
         let checksum = self.hasher.digest();
         let mut mh = Xxh3::new();
@@ -621,19 +560,14 @@ impl<K: StateKey> ShardWriter<K> {
         footer.extend_from_slice(&MAGIC);
         self.write(&footer)?;
 
-        let out = self.out.take().ok_or_else(|| StorageError::WriterFailed {
-            path: self.path.clone(),
-        })?;
+        let out = self.out.take().ok_or_else(|| StorageError::WriterFailed { path: self.path.clone() })?;
         let tmp = self.tmp.clone();
-        let mut file = out
-            .into_inner()
-            .map_err(|e| StorageError::io(&tmp, "writing", e.into_error()))?;
+        let mut file = out.into_inner().map_err(|e| StorageError::io(&tmp, "writing", e.into_error()))?;
         file.seek(SeekFrom::Start(0))
             .and_then(|_| file.write_all(&header))
             .map_err(|e| StorageError::io(&tmp, "writing", e))?;
         if self.sync {
-            file.sync_all()
-                .map_err(|e| StorageError::io(&tmp, "syncing", e))?;
+            file.sync_all().map_err(|e| StorageError::io(&tmp, "syncing", e))?;
         }
         drop(file);
         fs::rename(&tmp, &self.path).map_err(|e| StorageError::io(&tmp, "renaming", e))?;
@@ -641,10 +575,7 @@ impl<K: StateKey> ShardWriter<K> {
         if self.sync {
             sync_parent_dir(&self.path)?;
         }
-        Ok(ShardInfo {
-            keys: self.keys,
-            bytes: file_len,
-        })
+        Ok(ShardInfo { keys: self.keys, bytes: file_len })
     }
 }
 
@@ -697,25 +628,14 @@ impl<K: StateKey> ShardReader<K> {
     pub fn open(path: &Path) -> Result<Self, StorageError> {
         check_key_type::<K>(path)?;
         let p = || path.to_path_buf();
-        let corrupt = |reason: String| StorageError::CorruptIndex {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let corrupt = |reason: String| StorageError::CorruptIndex { path: path.to_path_buf(), reason };
         let file = File::open(path).map_err(|e| StorageError::io(path, "opening", e))?;
-        let actual = file
-            .metadata()
-            .map_err(|e| StorageError::io(path, "reading metadata of", e))?
-            .len();
+        let actual = file.metadata().map_err(|e| StorageError::io(path, "reading metadata of", e))?.len();
         if actual < HEADER_LEN {
-            return Err(StorageError::Truncated {
-                path: p(),
-                expected: HEADER_LEN,
-                found: actual,
-            });
+            return Err(StorageError::Truncated { path: p(), expected: HEADER_LEN, found: actual });
         }
-        let read = |buf: &mut [u8], off: u64| {
-            read_exact_at(&file, buf, off).map_err(|e| StorageError::io(path, "reading", e))
-        };
+        let read =
+            |buf: &mut [u8], off: u64| read_exact_at(&file, buf, off).map_err(|e| StorageError::io(path, "reading", e));
 
         let mut header_raw = [0u8; HEADER_LEN as usize];
         read(&mut header_raw, 0)?;
@@ -725,26 +645,14 @@ impl<K: StateKey> ShardReader<K> {
         }
         let version = rd_u32(h, 8);
         if version != FORMAT_VERSION {
-            return Err(StorageError::UnsupportedVersion {
-                path: p(),
-                found: version,
-                expected: FORMAT_VERSION,
-            });
+            return Err(StorageError::UnsupportedVersion { path: p(), found: version, expected: FORMAT_VERSION });
         }
         let limbs = rd_u32(h, 12);
         if limbs as usize != K::LIMBS {
-            return Err(StorageError::WrongKeyWidth {
-                path: p(),
-                found: limbs,
-                expected: K::LIMBS as u32,
-            });
+            return Err(StorageError::WrongKeyWidth { path: p(), found: limbs, expected: K::LIMBS as u32 });
         }
         let block_keys = rd_u32(h, 16);
-        let meta = ShardMeta {
-            side: h[20],
-            partition: rd_u32(h, 24),
-            layer: rd_u32(h, 28),
-        };
+        let meta = ShardMeta { side: h[20], partition: rd_u32(h, 24), layer: rd_u32(h, 28) };
         let keys = rd_u64(h, 32);
         let blocks = rd_u64(h, 40);
         let header_file_len = rd_u64(h, 48);
@@ -758,18 +666,12 @@ impl<K: StateKey> ShardReader<K> {
         };
         if !footer_ok {
             if header_file_len > actual {
-                return Err(StorageError::Truncated {
-                    path: p(),
-                    expected: header_file_len,
-                    found: actual,
-                });
+                return Err(StorageError::Truncated { path: p(), expected: header_file_len, found: actual });
             }
             return Err(corrupt("footer missing or damaged".into()));
         }
         if header_file_len != actual {
-            return Err(corrupt(format!(
-                "header says {header_file_len} bytes, file has {actual}"
-            )));
+            return Err(corrupt(format!("header says {header_file_len} bytes, file has {actual}")));
         }
         let index_offset = rd_u64(&footer, 0);
         let meta_hash = rd_u64(&footer, 16);
@@ -781,14 +683,9 @@ impl<K: StateKey> ShardReader<K> {
             .filter(|&l| l <= actual)
             .ok_or_else(|| corrupt(format!("{blocks} blocks cannot fit in {actual} bytes")))?;
         let layout_ok = index_offset >= HEADER_LEN
-            && index_offset
-                .checked_add(index_len)
-                .and_then(|x| x.checked_add(FOOTER_LEN))
-                == Some(actual);
+            && index_offset.checked_add(index_len).and_then(|x| x.checked_add(FOOTER_LEN)) == Some(actual);
         if !layout_ok {
-            return Err(corrupt(format!(
-                "index at {index_offset} with {blocks} entries does not end at the footer"
-            )));
+            return Err(corrupt(format!("index at {index_offset} with {blocks} entries does not end at the footer")));
         }
         // index_len <= actual, which is the size of a file that exists, so this
         // allocation is bounded by real bytes, not by a corrupt field.
@@ -808,9 +705,7 @@ impl<K: StateKey> ShardReader<K> {
         // they guard the memory-safety and arithmetic assumptions of every later
         // read against a writer bug or a deliberately crafted file.
         if block_keys == 0 || block_keys > MAX_BLOCK_KEYS {
-            return Err(corrupt(format!(
-                "{block_keys} keys per block is outside 1..={MAX_BLOCK_KEYS}"
-            )));
+            return Err(corrupt(format!("{block_keys} keys per block is outside 1..={MAX_BLOCK_KEYS}")));
         }
         let kb = K::LIMBS as u64 * 8;
         let mut index: Vec<BlockEntry<K>> = Vec::with_capacity(blocks as usize);
@@ -861,9 +756,7 @@ impl<K: StateKey> ShardReader<K> {
             return Err(corrupt("body length does not match the index".into()));
         }
         if total_keys != keys {
-            return Err(corrupt(format!(
-                "header says {keys} keys, index holds {total_keys}"
-            )));
+            return Err(corrupt(format!("header says {keys} keys, index holds {total_keys}")));
         }
 
         Ok(ShardReader {
@@ -912,11 +805,7 @@ impl<K: StateKey> ShardReader<K> {
             if e.kind() == io::ErrorKind::UnexpectedEof {
                 // The file shrank after open.
                 let found = self.file.metadata().map(|m| m.len()).unwrap_or(0);
-                StorageError::Truncated {
-                    path: self.path.clone(),
-                    expected: self.file_len,
-                    found,
-                }
+                StorageError::Truncated { path: self.path.clone(), expected: self.file_len, found }
             } else {
                 StorageError::io(&self.path, "reading", e)
             }
@@ -943,11 +832,7 @@ impl<K: StateKey> ShardReader<K> {
 
     fn check_checksum(&self, computed: u64) -> Result<(), StorageError> {
         if computed != self.checksum {
-            return Err(StorageError::ChecksumMismatch {
-                path: self.path.clone(),
-                stored: self.checksum,
-                computed,
-            });
+            return Err(StorageError::ChecksumMismatch { path: self.path.clone(), stored: self.checksum, computed });
         }
         Ok(())
     }
@@ -962,11 +847,7 @@ impl<K: StateKey> ShardReader<K> {
         whole: Option<&mut Xxh3>,
     ) -> Result<(), StorageError> {
         let e = &self.index[b];
-        let corrupt = |reason: String| StorageError::CorruptBlock {
-            path: self.path.clone(),
-            block: b as u64,
-            reason,
-        };
+        let corrupt = |reason: String| StorageError::CorruptBlock { path: self.path.clone(), block: b as u64, reason };
         s.stored.resize(e.stored_len as usize, 0);
         self.read_at(&mut s.stored, e.offset)?;
         if let Some(h) = whole {
@@ -983,12 +864,7 @@ impl<K: StateKey> ShardReader<K> {
             s.raw.resize(e.raw_len as usize, 0);
             match lz4_flex::block::decompress_into(&s.stored, &mut s.raw) {
                 Ok(n) if n == s.raw.len() => &s.raw,
-                Ok(n) => {
-                    return Err(corrupt(format!(
-                        "decompressed to {n} bytes, index says {}",
-                        e.raw_len
-                    )))
-                }
+                Ok(n) => return Err(corrupt(format!("decompressed to {n} bytes, index says {}", e.raw_len))),
                 Err(err) => return Err(corrupt(format!("lz4: {err}"))),
             }
         } else {
@@ -1000,9 +876,7 @@ impl<K: StateKey> ShardReader<K> {
 
     /// Block that would hold `key`, if any.
     fn block_for(&self, key: &K) -> Option<usize> {
-        self.index
-            .partition_point(|e| e.first <= *key)
-            .checked_sub(1)
+        self.index.partition_point(|e| e.first <= *key).checked_sub(1)
     }
 
     /// Membership test reading and checking at most one block.
@@ -1020,10 +894,7 @@ impl<K: StateKey> ShardReader<K> {
     /// reading each block at most once.
     pub fn contains_sorted(&self, sorted_keys: &[K]) -> Result<Vec<bool>, StorageError> {
         if let Some(i) = sorted_keys.windows(2).position(|w| w[1] < w[0]) {
-            return Err(StorageError::QueryNotSorted {
-                path: self.path.clone(),
-                index: i + 1,
-            });
+            return Err(StorageError::QueryNotSorted { path: self.path.clone(), index: i + 1 });
         }
         let mut out = Vec::with_capacity(sorted_keys.len());
         let mut s = Scratch::default();
@@ -1155,10 +1026,7 @@ impl<K: StateKey> ShardReader<K> {
     /// Streams the keys block by block (one block in memory). Each block is
     /// hash-checked before `f` sees it; the whole-file checksum is checked after
     /// the last block, so an `Err` may arrive after `f` has seen every block.
-    pub fn for_each_block(
-        &self,
-        mut f: impl FnMut(&[K]) -> Result<(), StorageError>,
-    ) -> Result<(), StorageError> {
+    pub fn for_each_block(&self, mut f: impl FnMut(&[K]) -> Result<(), StorageError>) -> Result<(), StorageError> {
         let mut h = Xxh3::new();
         let mut s = Scratch::default();
         let mut keys = Vec::new();
@@ -1199,11 +1067,7 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
-    const META: ShardMeta = ShardMeta {
-        side: 1,
-        partition: 7,
-        layer: 42,
-    };
+    const META: ShardMeta = ShardMeta { side: 1, partition: 7, layer: 42 };
 
     fn sorted_unique<K: Ord + Copy>(mut v: Vec<K>) -> Vec<K> {
         v.sort_unstable();
@@ -1253,20 +1117,11 @@ mod tests {
         let path2 = dir.path().join("t.shard");
         let info2 = write_shard(&path2, META, keys).unwrap();
         assert_eq!(info2.keys, keys.len() as u64);
-        assert_eq!(
-            ShardReader::<K>::open(&path2).unwrap().read_all().unwrap(),
-            keys
-        );
+        assert_eq!(ShardReader::<K>::open(&path2).unwrap().read_all().unwrap(), keys);
     }
 
     fn limb_strategy() -> impl Strategy<Value = u64> {
-        prop_oneof![
-            Just(0u64),
-            Just(u64::MAX),
-            0u64..4,
-            (u64::MAX - 3)..=u64::MAX,
-            any::<u64>()
-        ]
+        prop_oneof![Just(0u64), Just(u64::MAX), 0u64..4, (u64::MAX - 3)..=u64::MAX, any::<u64>()]
     }
 
     fn bitkey_strategy<const N: usize>() -> impl Strategy<Value = BitKey<N>> {
@@ -1279,12 +1134,7 @@ mod tests {
 
     fn u128_strategy() -> impl Strategy<Value = u128> {
         const B: u128 = 1 << 64;
-        prop_oneof![
-            any::<u128>(),
-            0u128..3000,
-            (B - 1500)..(B + 1500),
-            (u128::MAX - 3000)..=u128::MAX
-        ]
+        prop_oneof![any::<u128>(), 0u128..3000, (B - 1500)..(B + 1500), (u128::MAX - 3000)..=u128::MAX]
     }
 
     proptest! {
@@ -1458,12 +1308,7 @@ mod tests {
             .collect();
         write_shard(&path, META, &keys).unwrap();
         let bytes = fs::read(&path).unwrap();
-        Fixture {
-            _dir: dir,
-            path,
-            keys,
-            bytes,
-        }
+        Fixture { _dir: dir, path, keys, bytes }
     }
 
     fn flipped(bytes: &[u8], at: usize) -> Vec<u8> {
@@ -1477,10 +1322,7 @@ mod tests {
         let f = fixture();
         fs::write(&f.path, flipped(&f.bytes, 3)).unwrap();
         let e = ShardReader::<u64>::open(&f.path).unwrap_err();
-        assert!(
-            matches!(e, StorageError::BadMagic { ref path } if *path == f.path),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::BadMagic { ref path } if *path == f.path), "{e}");
     }
 
     #[test]
@@ -1490,46 +1332,16 @@ mod tests {
         b[8..12].copy_from_slice(&99u32.to_le_bytes());
         fs::write(&f.path, b).unwrap();
         let e = ShardReader::<u64>::open(&f.path).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                StorageError::UnsupportedVersion {
-                    found: 99,
-                    expected: FORMAT_VERSION,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::UnsupportedVersion { found: 99, expected: FORMAT_VERSION, .. }), "{e}");
     }
 
     #[test]
     fn wrong_key_width() {
         let f = fixture();
         let e = ShardReader::<u128>::open(&f.path).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                StorageError::WrongKeyWidth {
-                    found: 1,
-                    expected: 2,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::WrongKeyWidth { found: 1, expected: 2, .. }), "{e}");
         let e = ShardReader::<BitKey<4>>::open(&f.path).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                StorageError::WrongKeyWidth {
-                    found: 1,
-                    expected: 4,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::WrongKeyWidth { found: 1, expected: 4, .. }), "{e}");
     }
 
     #[test]
@@ -1540,27 +1352,11 @@ mod tests {
         let io = r.index_offset as usize;
         assert!(io > 10_000, "fixture body unexpectedly small: {io}");
         drop(r);
-        let cuts = [
-            1,
-            30,
-            63,
-            64,
-            65,
-            (64 + io) / 2,
-            io - 1,
-            io,
-            io + 5,
-            len - 40,
-            len - 20,
-            len - 1,
-        ];
+        let cuts = [1, 30, 63, 64, 65, (64 + io) / 2, io - 1, io, io + 5, len - 40, len - 20, len - 1];
         for cut in cuts {
             fs::write(&f.path, &f.bytes[..cut]).unwrap();
             let e = ShardReader::<u64>::open(&f.path).unwrap_err();
-            assert!(
-                matches!(e, StorageError::Truncated { found, .. } if found == cut as u64),
-                "cut at {cut}: {e}"
-            );
+            assert!(matches!(e, StorageError::Truncated { found, .. } if found == cut as u64), "cut at {cut}: {e}");
         }
     }
 
@@ -1569,17 +1365,7 @@ mod tests {
         let f = fixture();
         fs::write(&f.path, b"").unwrap();
         let e = ShardReader::<u64>::open(&f.path).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                StorageError::Truncated {
-                    expected: HEADER_LEN,
-                    found: 0,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::Truncated { expected: HEADER_LEN, found: 0, .. }), "{e}");
     }
 
     #[test]
@@ -1589,11 +1375,7 @@ mod tests {
         assert_eq!(r.blocks(), 5);
         let e2 = r.index[2];
         drop(r);
-        fs::write(
-            &f.path,
-            flipped(&f.bytes, (e2.offset + e2.stored_len as u64 / 2) as usize),
-        )
-        .unwrap();
+        fs::write(&f.path, flipped(&f.bytes, (e2.offset + e2.stored_len as u64 / 2) as usize)).unwrap();
 
         // open does not read the body ...
         let r = ShardReader::<u64>::open(&f.path).unwrap();
@@ -1601,26 +1383,14 @@ mod tests {
         assert!(matches!(e, StorageError::ChecksumMismatch { .. }), "{e}");
         // ... and every read of the damaged block refuses to answer.
         let e = r.read_all().unwrap_err();
-        assert!(
-            matches!(e, StorageError::CorruptBlock { block: 2, .. }),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::CorruptBlock { block: 2, .. }), "{e}");
         let member = f.keys[2 * 4096 + 100];
         let e = r.contains(&member).unwrap_err();
-        assert!(
-            matches!(e, StorageError::CorruptBlock { block: 2, .. }),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::CorruptBlock { block: 2, .. }), "{e}");
         let e = r.contains(&(member + 1)).unwrap_err();
-        assert!(
-            matches!(e, StorageError::CorruptBlock { block: 2, .. }),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::CorruptBlock { block: 2, .. }), "{e}");
         let e = r.contains_sorted(&f.keys).unwrap_err();
-        assert!(
-            matches!(e, StorageError::CorruptBlock { block: 2, .. }),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::CorruptBlock { block: 2, .. }), "{e}");
         let mut seen = 0;
         let e = r
             .for_each_block(|_| {
@@ -1628,10 +1398,7 @@ mod tests {
                 Ok(())
             })
             .unwrap_err();
-        assert!(
-            matches!(e, StorageError::CorruptBlock { block: 2, .. }),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::CorruptBlock { block: 2, .. }), "{e}");
         assert_eq!(seen, 2);
         // Undamaged blocks still answer, correctly.
         assert!(r.contains(&f.keys[100]).unwrap());
@@ -1645,10 +1412,7 @@ mod tests {
         for at in [io, io + 3, io + 8 + 2, io + 2 * 37 + 20] {
             fs::write(&f.path, flipped(&f.bytes, at)).unwrap();
             let e = ShardReader::<u64>::open(&f.path).unwrap_err();
-            assert!(
-                matches!(e, StorageError::CorruptIndex { .. }),
-                "flip at {at}: {e}"
-            );
+            assert!(matches!(e, StorageError::CorruptIndex { .. }), "flip at {at}: {e}");
         }
     }
 
@@ -1661,22 +1425,13 @@ mod tests {
         for at in [24, 29, 33, 49, len - 40, len - 32, len - 24] {
             fs::write(&f.path, flipped(&f.bytes, at)).unwrap();
             let e = ShardReader::<u64>::open(&f.path).unwrap_err();
-            assert!(
-                matches!(e, StorageError::CorruptIndex { .. }),
-                "flip at {at}: {e}"
-            );
+            assert!(matches!(e, StorageError::CorruptIndex { .. }), "flip at {at}: {e}");
         }
         // The whole-file checksum itself: blocks still verify, the file does not.
         fs::write(&f.path, flipped(&f.bytes, len - 16)).unwrap();
         let r = ShardReader::<u64>::open(&f.path).unwrap();
-        assert!(matches!(
-            r.verify().unwrap_err(),
-            StorageError::ChecksumMismatch { .. }
-        ));
-        assert!(matches!(
-            r.read_all().unwrap_err(),
-            StorageError::ChecksumMismatch { .. }
-        ));
+        assert!(matches!(r.verify().unwrap_err(), StorageError::ChecksumMismatch { .. }));
+        assert!(matches!(r.read_all().unwrap_err(), StorageError::ChecksumMismatch { .. }));
         assert!(r.contains(&f.keys[5000]).unwrap());
     }
 
@@ -1715,10 +1470,7 @@ mod tests {
         }
         for cut in 0..good.len() {
             fs::write(&path, &good[..cut]).unwrap();
-            assert!(
-                ShardReader::<u128>::open(&path).is_err(),
-                "cut at {cut} opened"
-            );
+            assert!(ShardReader::<u128>::open(&path).is_err(), "cut at {cut} opened");
         }
     }
 
@@ -1728,11 +1480,7 @@ mod tests {
         let path = dir.path().join("nope.shard");
         let e = ShardReader::<u64>::open(&path).unwrap_err();
         match &e {
-            StorageError::Io {
-                path: p,
-                op,
-                source,
-            } => {
+            StorageError::Io { path: p, op, source } => {
                 assert_eq!(p, &path);
                 assert_eq!(*op, "opening");
                 assert_eq!(source.kind(), io::ErrorKind::NotFound);
@@ -1752,10 +1500,7 @@ mod tests {
         partial.extend_from_slice(&f.bytes[HEADER_LEN as usize..f.bytes.len() / 2]);
         fs::write(&tmp, &partial).unwrap();
         let e = ShardReader::<u64>::open(&f.path).unwrap_err();
-        assert!(
-            matches!(e, StorageError::Io { ref source, .. } if source.kind() == io::ErrorKind::NotFound),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::Io { ref source, .. } if source.kind() == io::ErrorKind::NotFound), "{e}");
         let e = ShardReader::<u64>::open(&tmp).unwrap_err();
         assert!(matches!(e, StorageError::BadMagic { .. }), "{e}");
 
@@ -1771,13 +1516,7 @@ mod tests {
         // A new writer overwrites the stale .tmp and succeeds.
         write_shard(&f.path, META, &f.keys).unwrap();
         assert!(!tmp.exists());
-        assert_eq!(
-            ShardReader::<u64>::open(&f.path)
-                .unwrap()
-                .read_all()
-                .unwrap(),
-            f.keys
-        );
+        assert_eq!(ShardReader::<u64>::open(&f.path).unwrap().read_all().unwrap(), f.keys);
     }
 
     #[test]
@@ -1800,14 +1539,8 @@ mod tests {
         w.push(5).unwrap();
         let e = w.push(5).unwrap_err();
         assert!(matches!(e, StorageError::NotSorted { index: 1, .. }), "{e}");
-        assert!(matches!(
-            w.push(6).unwrap_err(),
-            StorageError::WriterFailed { .. }
-        ));
-        assert!(matches!(
-            w.finish().unwrap_err(),
-            StorageError::WriterFailed { .. }
-        ));
+        assert!(matches!(w.push(6).unwrap_err(), StorageError::WriterFailed { .. }));
+        assert!(matches!(w.finish().unwrap_err(), StorageError::WriterFailed { .. }));
         assert!(!path.exists() && !tmp_path(&path).exists());
 
         let e = write_shard::<u64>(&path, META, &[1, 3, 2]).unwrap_err();
@@ -1817,10 +1550,7 @@ mod tests {
         write_shard::<u64>(&path, META, &[1, 3]).unwrap();
         let r = ShardReader::<u64>::open(&path).unwrap();
         let e = r.contains_sorted(&[3, 1]).unwrap_err();
-        assert!(
-            matches!(e, StorageError::QueryNotSorted { index: 1, .. }),
-            "{e}"
-        );
+        assert!(matches!(e, StorageError::QueryNotSorted { index: 1, .. }), "{e}");
     }
 
     #[test]
@@ -1849,11 +1579,7 @@ mod tests {
     fn meta_survives() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.shard");
-        let meta = ShardMeta {
-            side: 255,
-            partition: u32::MAX,
-            layer: 123_456,
-        };
+        let meta = ShardMeta { side: 255, partition: u32::MAX, layer: 123_456 };
         write_shard::<u64>(&path, meta, &[7]).unwrap();
         assert_eq!(ShardReader::<u64>::open(&path).unwrap().meta(), meta);
     }
@@ -1880,10 +1606,7 @@ mod tests {
         let path = dir.path().join("big.shard");
         let info = write_shard(&path, META, &keys).unwrap();
         let per_key = info.bytes as f64 / info.keys as f64;
-        println!(
-            "dense u64 shard: {} keys, {} bytes, {per_key:.3} bytes/key",
-            info.keys, info.bytes
-        );
+        println!("dense u64 shard: {} keys, {} bytes, {per_key:.3} bytes/key", info.keys, info.bytes);
         assert!(per_key < 2.5, "{per_key} bytes/key");
         let r = ShardReader::<u64>::open(&path).unwrap();
         r.verify().unwrap();

@@ -287,7 +287,8 @@ impl<K: StateKey> SpillExchange<K> {
     fn release(&self, run: &RunFile) {
         if run.left.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.usage.sub(run.bytes);
-            let _ = self.run_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(run.bytes)));
+            let _ =
+                self.run_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(run.bytes)));
             let _ = fs::remove_file(&run.path);
         }
     }
@@ -314,7 +315,10 @@ impl<K: StateKey> RunSource<K> {
             let r = ShardReader::<K>::open(&run.path)?;
             let want = ShardMeta { side: RUN_SIDE, partition: partition as u32, layer: run.seq };
             if r.meta() != want || r.len() != run.keys {
-                return Err(misplaced(format!("expected run {} of partition {partition} with {} keys", run.seq, run.keys)));
+                return Err(misplaced(format!(
+                    "expected run {} of partition {partition} with {} keys",
+                    run.seq, run.keys
+                )));
             }
             Ok(RunSource::Plain(r))
         }
@@ -323,9 +327,9 @@ impl<K: StateKey> RunSource<K> {
     /// Where this partition's keys start, block by block (first key, count).
     fn marks(&self, partition: usize, out: &mut Vec<(K, u64)>) {
         match self {
-            RunSource::Tagged(r) => {
-                out.extend(r.block_starts().filter(|(k, _)| k.partition == partition as u64).map(|(k, n)| (k.key, n as u64)))
-            }
+            RunSource::Tagged(r) => out.extend(
+                r.block_starts().filter(|(k, _)| k.partition == partition as u64).map(|(k, n)| (k.key, n as u64)),
+            ),
             RunSource::Plain(r) => out.extend(r.block_starts().map(|(k, n)| (k, n as u64))),
         }
     }
@@ -517,7 +521,10 @@ impl SpillDir {
                 Ok(()) => return Ok(SpillDir { path, keep }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
-                    return Err(StorageError::SpillDir { path: base.to_path_buf(), reason: format!("cannot create a directory in it: {e}") })
+                    return Err(StorageError::SpillDir {
+                        path: base.to_path_buf(),
+                        reason: format!("cannot create a directory in it: {e}"),
+                    })
                 }
             }
         }
@@ -647,7 +654,8 @@ mod tests {
             let slack = (runs + 1) * RUN_BLOCK_KEYS as usize;
             for p in 0..4 {
                 let got = take_chunks(&x, p, chunk, slack);
-                let want: Vec<u64> = (p as u64..40_000).step_by(4).map(key).collect::<BTreeSet<_>>().into_iter().collect();
+                let want: Vec<u64> =
+                    (p as u64..40_000).step_by(4).map(key).collect::<BTreeSet<_>>().into_iter().collect();
                 assert_eq!(got, want, "partition {p}, share {share}");
             }
             assert_eq!(x.buffered_bytes(), 0);

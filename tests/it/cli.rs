@@ -21,7 +21,15 @@ const MICROBAN: &str = "levels/Microban_155.xsb";
 fn verify_accepts_every_known_solution_with_its_counts() {
     let file = repo(MICROBAN);
     for (index, pushes, moves, solution) in truth() {
-        let o = sokoshard(&["verify", file.to_str().unwrap(), "--level", &index.to_string(), "--solution", &solution, "--json"]);
+        let o = sokoshard(&[
+            "verify",
+            file.to_str().unwrap(),
+            "--level",
+            &index.to_string(),
+            "--solution",
+            &solution,
+            "--json",
+        ]);
         assert_eq!(o.status.code(), Some(0), "level {index}: {}", stdout(&o));
         let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
         assert_eq!(v["valid"], true);
@@ -35,7 +43,7 @@ fn verify_rejects_altered_solutions_naming_the_step() {
     let file = repo(MICROBAN);
     let file = file.to_str().unwrap();
     let (_, _, _, solution) = &truth()[0]; // level 1: dlUrrrdLullddrUluRuulDrddrruLdlUU
-    // cut short: final position not solved
+                                           // cut short: final position not solved
     let short = &solution[..solution.len() - 1];
     let o = sokoshard(&["verify", file, "--level", "1", "--solution", short, "--json"]);
     assert_eq!(o.status.code(), Some(1));

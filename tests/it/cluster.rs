@@ -433,7 +433,11 @@ fn wrong_or_missing_tokens_and_other_protocol_versions_are_refused() {
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert!(e.message().contains("protocol version"), "{}", e.message());
         let e = ok
-            .submit(SubmitRequest { protocol_version: 0, level_text: "#####\n#@$.#\n#####\n".into(), ..Default::default() })
+            .submit(SubmitRequest {
+                protocol_version: 0,
+                level_text: "#####\n#@$.#\n#####\n".into(),
+                ..Default::default()
+            })
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
@@ -452,7 +456,8 @@ fn malformed_and_oversized_requests_get_error_statuses() {
     rt.block_on(async move {
         let net = NetConfig::new(TOKEN);
         let mut co = net.coordinator_client(&addr).unwrap();
-        let submit = |text: String| SubmitRequest { protocol_version: PROTOCOL_VERSION, level_text: text, ..Default::default() };
+        let submit =
+            |text: String| SubmitRequest { protocol_version: PROTOCOL_VERSION, level_text: text, ..Default::default() };
         // bad level text
         let e = co.submit(submit("#####\n#@$ #\n#####\n".into())).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
@@ -462,8 +467,9 @@ fn malformed_and_oversized_requests_get_error_statuses() {
         let e = co.submit(submit("#".repeat(2 << 20))).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
         // a client that lets itself send 64 MiB: the server refuses past its 16 MiB
-        let mut big = CoordinatorClient::with_interceptor(net.channel(&addr).unwrap(), AttachToken::new(TOKEN).unwrap())
-            .max_encoding_message_size(64 << 20);
+        let mut big =
+            CoordinatorClient::with_interceptor(net.channel(&addr).unwrap(), AttachToken::new(TOKEN).unwrap())
+                .max_encoding_message_size(64 << 20);
         let e = big.submit(submit("#".repeat(20 << 20))).await.unwrap_err();
         assert!(matches!(e.code(), tonic::Code::ResourceExhausted | tonic::Code::OutOfRange), "{e:?}");
         // bad partitions
@@ -565,11 +571,31 @@ fn k_pg_tables_built_on_the_cluster_match_local_ones_and_jobs_use_them() {
     let local_db = c.dir.path().join("local.kdb");
     let cluster_db = c.dir.path().join("cluster.kdb");
     let o = Command::new(BIN)
-        .args(["deadlocks", "build", file.to_str().unwrap(), "--level", "10", "--k", "2", "-o", local_db.to_str().unwrap()])
+        .args([
+            "deadlocks",
+            "build",
+            file.to_str().unwrap(),
+            "--level",
+            "10",
+            "--k",
+            "2",
+            "-o",
+            local_db.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = c.cli(&["deadlocks", "build", file.to_str().unwrap(), "--level", "10", "--k", "2", "-o", cluster_db.to_str().unwrap()]);
+    let o = c.cli(&[
+        "deadlocks",
+        "build",
+        file.to_str().unwrap(),
+        "--level",
+        "10",
+        "--k",
+        "2",
+        "-o",
+        cluster_db.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
     // the same k-games played by the same engine: the same database, byte for byte
     assert_eq!(std::fs::read(&local_db).unwrap(), std::fs::read(&cluster_db).unwrap());
@@ -578,7 +604,10 @@ fn k_pg_tables_built_on_the_cluster_match_local_ones_and_jobs_use_them() {
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
     let got: Vec<serde_json::Value> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let o = Command::new(BIN).args(["solve", file.to_str().unwrap(), "--levels", "10-12", "--kpg", "2", "--json"]).output().unwrap();
+    let o = Command::new(BIN)
+        .args(["solve", file.to_str().unwrap(), "--levels", "10-12", "--kpg", "2", "--json"])
+        .output()
+        .unwrap();
     let local: Vec<serde_json::Value> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(got.len(), 3);

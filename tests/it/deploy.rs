@@ -156,7 +156,8 @@ impl Manifests {
     }
 
     fn named(&self, kind: &str, name: &str) -> &Value {
-        let found: Vec<&Value> = self.objects().filter(|d| d["kind"] == kind && d["metadata"]["name"] == name).collect();
+        let found: Vec<&Value> =
+            self.objects().filter(|d| d["kind"] == kind && d["metadata"]["name"] == name).collect();
         assert_eq!(found.len(), 1, "expected one {kind} named {name:?}, found {}", found.len());
         found[0]
     }
@@ -171,9 +172,7 @@ impl Manifests {
 }
 
 fn labels(v: &Value) -> BTreeMap<String, String> {
-    v.as_object()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), s(v, k).to_string())).collect())
-        .unwrap_or_default()
+    v.as_object().map(|m| m.iter().map(|(k, v)| (k.clone(), s(v, k).to_string())).collect()).unwrap_or_default()
 }
 
 /// Does a selector (label map) pick pods with these labels?
@@ -211,8 +210,12 @@ fn served_port(c: &Value, what: &str) -> (u16, String) {
 fn target_port(c: &Value, target: &Value) -> Option<u64> {
     let ports = c["ports"].as_array()?;
     match target {
-        Value::Number(n) => ports.iter().find(|p| p["containerPort"].as_u64() == n.as_u64()).and_then(|p| p["containerPort"].as_u64()),
-        Value::String(name) => ports.iter().find(|p| p["name"] == name.as_str()).and_then(|p| p["containerPort"].as_u64()),
+        Value::Number(n) => {
+            ports.iter().find(|p| p["containerPort"].as_u64() == n.as_u64()).and_then(|p| p["containerPort"].as_u64())
+        }
+        Value::String(name) => {
+            ports.iter().find(|p| p["name"] == name.as_str()).and_then(|p| p["containerPort"].as_u64())
+        }
         _ => None,
     }
 }
@@ -242,7 +245,10 @@ fn kubernetes_manifests_parse_and_have_the_expected_objects() {
         if kind != "Kustomization" {
             let name = s(&d["metadata"]["name"], file).to_string();
             assert!(seen.insert((kind.to_string(), name.clone())), "{file}: {kind} {name} is defined twice");
-            assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/name"], "sokoshard", "{file}: {kind} {name} lacks the app label");
+            assert_eq!(
+                d["metadata"]["labels"]["app.kubernetes.io/name"], "sokoshard",
+                "{file}: {kind} {name} lacks the app label"
+            );
             assert!(d["metadata"]["namespace"].is_null(), "{file}: {kind} {name} pins a namespace");
         }
     }
@@ -250,7 +256,8 @@ fn kubernetes_manifests_parse_and_have_the_expected_objects() {
         assert!(m.of_kind(kind).next().is_some(), "no {kind} in deploy/kubernetes");
     }
     // one image for every container
-    let images: BTreeSet<_> = m.pod_specs().iter().map(|(_, n, p)| s(&container(p, n)["image"], "image").to_string()).collect();
+    let images: BTreeSet<_> =
+        m.pod_specs().iter().map(|(_, n, p)| s(&container(p, n)["image"], "image").to_string()).collect();
     assert_eq!(images.len(), 1, "containers use different images: {images:?}");
     // the images run as the user that owns /data in the image
     for (kind, name, pod) in m.pod_specs() {
@@ -258,7 +265,10 @@ fn kubernetes_manifests_parse_and_have_the_expected_objects() {
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{kind} {name}");
         // servers: SIGTERM must reach a process that is not PID 1
         if kind != "Job" {
-            assert_eq!(pod["shareProcessNamespace"], true, "{kind} {name}: sokoshard would be PID 1 and ignore SIGTERM");
+            assert_eq!(
+                pod["shareProcessNamespace"], true,
+                "{kind} {name}: sokoshard would be PID 1 and ignore SIGTERM"
+            );
         }
     }
 }
@@ -273,7 +283,10 @@ fn workers_are_a_statefulset_behind_a_headless_service_with_a_volume_each() {
     let spec = &sts["spec"];
     assert!(spec["replicas"].as_u64().unwrap() >= 1);
     let pod_labels = labels(&spec["template"]["metadata"]["labels"]);
-    assert!(selects(&labels(&spec["selector"]["matchLabels"]), &pod_labels), "the StatefulSet's selector misses its pods");
+    assert!(
+        selects(&labels(&spec["selector"]["matchLabels"]), &pod_labels),
+        "the StatefulSet's selector misses its pods"
+    );
 
     // the headless Service the StatefulSet names gives the pods stable DNS names
     let svc_name = s(&spec["serviceName"], "serviceName");
@@ -287,7 +300,12 @@ fn workers_are_a_statefulset_behind_a_headless_service_with_a_volume_each() {
     assert_eq!(args[0], "worker");
     let (port, port_name) = served_port(c, name);
     for p in list(&svc["spec"]["ports"], "ports") {
-        assert_eq!(target_port(c, &p["targetPort"]), Some(port as u64), "Service {svc_name}: targetPort {} is not the worker's port", p["targetPort"]);
+        assert_eq!(
+            target_port(c, &p["targetPort"]),
+            Some(port as u64),
+            "Service {svc_name}: targetPort {} is not the worker's port",
+            p["targetPort"]
+        );
         assert_eq!(p["port"].as_u64(), Some(port as u64), "the headless Service's port is the one workers advertise");
     }
     assert!(!port_name.is_empty());
@@ -308,7 +326,10 @@ fn workers_are_a_statefulset_behind_a_headless_service_with_a_volume_each() {
     let env = list(&c["env"], "env");
     for var in ["POD_NAME", "POD_NAMESPACE"] {
         if adv.contains(&format!("$({var})")) {
-            let e = env.iter().find(|e| e["name"] == var).unwrap_or_else(|| panic!("--advertise uses $({var}), which is not set"));
+            let e = env
+                .iter()
+                .find(|e| e["name"] == var)
+                .unwrap_or_else(|| panic!("--advertise uses $({var}), which is not set"));
             assert!(e["valueFrom"]["fieldRef"]["fieldPath"].is_string(), "{var} comes from the downward API");
             // Kubernetes expands $(VAR) only for variables defined before use
         }
@@ -325,7 +346,10 @@ fn workers_are_a_statefulset_behind_a_headless_service_with_a_volume_each() {
         mounts.iter().any(|v| v["name"] == claim && v["mountPath"] == data_dir.as_str()),
         "the claim {claim:?} is not mounted at --data-dir {data_dir}"
     );
-    assert!(spec["template"]["spec"]["volumes"].is_null(), "the data dir must come from the claim template, not a pod volume");
+    assert!(
+        spec["template"]["spec"]["volumes"].is_null(),
+        "the data dir must come from the claim template, not a pod volume"
+    );
 
     // memory: the request and the limit hold the --mem budget; disk holds twice it
     let mem = cli_size(&flag(&args, "--mem").expect("workers set --mem"));
@@ -339,7 +363,8 @@ fn workers_are_a_statefulset_behind_a_headless_service_with_a_volume_each() {
     // --threads matches the CPU request
     if let Some(t) = flag(&args, "--threads") {
         let cpu = s(&res["requests"]["cpu"], "cpu request");
-        let cpus: f64 = cpu.strip_suffix('m').map_or_else(|| cpu.parse().unwrap(), |m| m.parse::<f64>().unwrap() / 1000.0);
+        let cpus: f64 =
+            cpu.strip_suffix('m').map_or_else(|| cpu.parse().unwrap(), |m| m.parse::<f64>().unwrap() / 1000.0);
         assert_eq!(t.parse::<f64>().unwrap(), cpus, "--threads {t} against a CPU request of {cpu}");
     }
 }
@@ -367,7 +392,8 @@ fn the_coordinator_is_a_deployment_with_a_service_and_workers_join_it() {
     // the Service that selects the coordinator (and nothing else)
     let sts = m.of_kind("StatefulSet").next().unwrap();
     let worker_labels = labels(&sts["spec"]["template"]["metadata"]["labels"]);
-    let svcs: Vec<_> = m.of_kind("Service").filter(|sv| selects(&labels(&sv["spec"]["selector"]), &pod_labels)).collect();
+    let svcs: Vec<_> =
+        m.of_kind("Service").filter(|sv| selects(&labels(&sv["spec"]["selector"]), &pod_labels)).collect();
     assert_eq!(svcs.len(), 1, "one Service selects the coordinator");
     let svc = svcs[0];
     let svc_name = s(&svc["metadata"]["name"], "service name");
@@ -375,13 +401,23 @@ fn the_coordinator_is_a_deployment_with_a_service_and_workers_join_it() {
     assert_ne!(svc["spec"]["clusterIP"], "None");
     let svc_ports = list(&svc["spec"]["ports"], "ports");
     assert_eq!(svc_ports.len(), 1);
-    assert_eq!(target_port(c, &svc_ports[0]["targetPort"]), Some(port as u64), "Service {svc_name} targets another port");
+    assert_eq!(
+        target_port(c, &svc_ports[0]["targetPort"]),
+        Some(port as u64),
+        "Service {svc_name} targets another port"
+    );
     let svc_port = svc_ports[0]["port"].as_u64().unwrap() as u16;
 
     // the data dir is on a claim defined here
     let data_dir = flag(&args, "--data-dir").expect("--data-dir");
-    let mount = list(&c["volumeMounts"], "volumeMounts").iter().find(|v| v["mountPath"] == data_dir.as_str()).expect("--data-dir is mounted");
-    let vol = list(&pod["volumes"], "volumes").iter().find(|v| v["name"] == mount["name"]).expect("the mounted volume is declared");
+    let mount = list(&c["volumeMounts"], "volumeMounts")
+        .iter()
+        .find(|v| v["mountPath"] == data_dir.as_str())
+        .expect("--data-dir is mounted");
+    let vol = list(&pod["volumes"], "volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mounted volume is declared");
     m.named("PersistentVolumeClaim", s(&vol["persistentVolumeClaim"]["claimName"], "claimName"));
 
     // workers join through that Service
@@ -444,13 +480,23 @@ fn the_job_submits_a_level_to_the_coordinator_service() {
     assert_eq!(host_port(&addr), (s(&svc["metadata"]["name"], "name"), svc_port), "the Job dials {addr}");
 
     // the level file: a key of a ConfigMap mounted in the pod, or a shipped one
-    let file = args.iter().skip(1).find(|a| !a.starts_with("--") && !a.chars().all(|c| c.is_ascii_digit()) && a.contains('/')).expect("a level file");
+    let file = args
+        .iter()
+        .skip(1)
+        .find(|a| !a.starts_with("--") && !a.chars().all(|c| c.is_ascii_digit()) && a.contains('/'))
+        .expect("a level file");
     if let Some(rest) = file.strip_prefix("/usr/share/sokoshard/") {
         assert!(repo("levels").join(rest).exists(), "{file} is not a shipped collection");
     } else {
         let (dir, key) = file.rsplit_once('/').unwrap();
-        let mount = list(&c["volumeMounts"], "volumeMounts").iter().find(|v| v["mountPath"] == dir).expect("the level's directory is mounted");
-        let vol = list(&pod["volumes"], "volumes").iter().find(|v| v["name"] == mount["name"]).expect("the mounted volume is declared");
+        let mount = list(&c["volumeMounts"], "volumeMounts")
+            .iter()
+            .find(|v| v["mountPath"] == dir)
+            .expect("the level's directory is mounted");
+        let vol = list(&pod["volumes"], "volumes")
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .expect("the mounted volume is declared");
         let cm = m.named("ConfigMap", s(&vol["configMap"]["name"], "configMap name"));
         let text = s(&cm["data"][key], key);
         // the level in the ConfigMap is a level sokoshard reads
@@ -481,7 +527,12 @@ fn kustomization_lists_the_coordinator_and_workers_but_not_the_secret_or_job() {
         // a Job is created once per submission, not kept applied; the Secret is
         // created by hand, so that apply never overwrites a real token
         let by_hand = m.docs.iter().any(|(g, e)| g == f && (e["kind"] == "Job" || e["kind"] == "Secret"));
-        assert_eq!(listed.contains(f), !by_hand, "{f} ({kind}) {} the kustomization", if by_hand { "is in" } else { "is missing from" });
+        assert_eq!(
+            listed.contains(f),
+            !by_hand,
+            "{f} ({kind}) {} the kustomization",
+            if by_hand { "is in" } else { "is missing from" }
+        );
     }
 }
 
@@ -528,7 +579,8 @@ fn compose_runs_a_coordinator_and_three_workers_with_own_volumes_and_health_chec
     assert!(published.ends_with(&format!(":{coord_port}")));
 
     let declared: BTreeSet<&String> = c["volumes"].as_object().expect("top-level volumes").keys().collect();
-    let env_files: BTreeSet<String> = services.values().map(|v| compose_defaults(s(&v["env_file"], "env_file"))).collect();
+    let env_files: BTreeSet<String> =
+        services.values().map(|v| compose_defaults(s(&v["env_file"], "env_file"))).collect();
     assert_eq!(env_files.len(), 1, "every service reads the token from the same env file");
     let networks: BTreeSet<String> = services.values().map(|v| strings(&v["networks"], "networks").join(",")).collect();
     assert_eq!(networks.len(), 1, "one private network for all");
@@ -539,7 +591,10 @@ fn compose_runs_a_coordinator_and_three_workers_with_own_volumes_and_health_chec
     let example = std::fs::read_to_string(repo("deploy/cluster.env.example")).unwrap();
     assert!(example.lines().any(|l| l.starts_with("SOKOSHARD_TOKEN=") && l.len() > "SOKOSHARD_TOKEN=".len()));
     let gitignore = std::fs::read_to_string(repo(".gitignore")).unwrap();
-    assert!(gitignore.lines().any(|l| l.trim() == format!("/deploy/{}", env_files.iter().next().unwrap())), "the real env file is not ignored by git");
+    assert!(
+        gitignore.lines().any(|l| l.trim() == format!("/deploy/{}", env_files.iter().next().unwrap())),
+        "the real env file is not ignored by git"
+    );
 
     let mut volumes = BTreeSet::new();
     for (name, svc) in services {
@@ -550,18 +605,29 @@ fn compose_runs_a_coordinator_and_three_workers_with_own_volumes_and_health_chec
         assert_eq!(test[0], "CMD", "{name}: the image has no shell");
         assert!(test[1].ends_with("sokoshard") && test[2] == "health", "{name}: {test:?}");
         assert_eq!(host_port(test.last().unwrap()).1, port, "{name}: the health check dials another port");
-        assert_eq!(test.contains(&"--worker".to_string()), a[0] == "worker", "{name}: `health --worker` exactly for workers");
+        assert_eq!(
+            test.contains(&"--worker".to_string()),
+            a[0] == "worker",
+            "{name}: `health --worker` exactly for workers"
+        );
         // its own named volume at --data-dir
         let dir = flag(&a, "--data-dir").unwrap_or_else(|| panic!("{name}: --data-dir"));
         let vols = strings(&svc["volumes"], "volumes");
-        let vol = vols.iter().find_map(|v| v.strip_suffix(&format!(":{dir}"))).unwrap_or_else(|| panic!("{name}: nothing mounted at {dir}"));
+        let vol = vols
+            .iter()
+            .find_map(|v| v.strip_suffix(&format!(":{dir}")))
+            .unwrap_or_else(|| panic!("{name}: nothing mounted at {dir}"));
         assert!(declared.contains(&vol.to_string()), "{name}: volume {vol} is not a named volume");
         assert!(volumes.insert(vol.to_string()), "{name} shares volume {vol}");
         assert!(!svc["restart"].is_null(), "{name}: no restart policy");
         assert_eq!(svc["init"], true, "{name}: sokoshard would be PID 1 and ignore SIGTERM");
         if a[0] == "worker" {
             assert_eq!(flag(&a, "--join"), Some(format!("{coord_name}:{coord_port}")), "{name} joins elsewhere");
-            assert_eq!(flag(&a, "--advertise"), Some(format!("{name}:{port}")), "{name} must advertise its service name");
+            assert_eq!(
+                flag(&a, "--advertise"),
+                Some(format!("{name}:{port}")),
+                "{name} must advertise its service name"
+            );
             assert_eq!(svc["depends_on"][coord_name.as_str()]["condition"], "service_healthy");
             let mem = cli_size(&flag(&a, "--mem").unwrap_or_else(|| panic!("{name}: --mem")));
             let limit = cli_size(s(&svc["mem_limit"], "mem_limit"));
@@ -615,7 +681,19 @@ fn health_tells_live_nodes_from_dead_ones() {
     let wdir = dir.path().join("w");
     let _nodes = Nodes(vec![
         spawn(&["coordinator", "--listen", &coord, "--data-dir", cdir.to_str().unwrap()]),
-        spawn(&["worker", "--join", &coord, "--listen", &worker, "--data-dir", wdir.to_str().unwrap(), "--mem", "64M", "--threads", "1"]),
+        spawn(&[
+            "worker",
+            "--join",
+            &coord,
+            "--listen",
+            &worker,
+            "--data-dir",
+            wdir.to_str().unwrap(),
+            "--mem",
+            "64M",
+            "--threads",
+            "1",
+        ]),
     ]);
     let token = Some("health-test");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -626,7 +704,11 @@ fn health_tells_live_nodes_from_dead_ones() {
                 assert!(String::from_utf8_lossy(&o.stdout).starts_with("ok: "));
                 break;
             }
-            assert!(std::time::Instant::now() < deadline, "{args:?} never became healthy: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{args:?} never became healthy: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
     }
@@ -671,8 +753,16 @@ fn the_compose_tls_override_is_the_base_plus_tls_flags() {
 
         let test = strings(&svc["healthcheck"]["test"], "healthcheck");
         let plain: Vec<String> = test.iter().filter(|a| !is_tls(a)).cloned().collect();
-        assert_eq!(plain, strings(&b["healthcheck"]["test"], "healthcheck"), "{name}: the health check drifted from the base one");
-        assert_eq!(flag(&test, "--tls-ca"), Some(cert.clone()), "{name}: the health check must trust the served certificate");
+        assert_eq!(
+            plain,
+            strings(&b["healthcheck"]["test"], "healthcheck"),
+            "{name}: the health check drifted from the base one"
+        );
+        assert_eq!(
+            flag(&test, "--tls-ca"),
+            Some(cert.clone()),
+            "{name}: the health check must trust the served certificate"
+        );
         assert_eq!(flag(&test, "--tls-domain"), Some(domain.clone()), "{name}: the health check checks another name");
 
         let vols = strings(&svc["volumes"], "volumes");

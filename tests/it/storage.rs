@@ -110,11 +110,19 @@ impl<F: Fn(&[PathBuf]) + Sync> Progress for Saboteur<F> {
     }
 }
 
-fn sabotaged(action: impl Fn(&[PathBuf]) + Sync) -> (Result<SolveReport, EngineError>, Vec<PathBuf>, tempfile::TempDir) {
+fn sabotaged(
+    action: impl Fn(&[PathBuf]) + Sync,
+) -> (Result<SolveReport, EngineError>, Vec<PathBuf>, tempfile::TempDir) {
     let base = tempfile::tempdir().unwrap();
     let (_, board) = microban(114);
     let opts = budgeted(32 * 1024, base.path(), SpillPolicy::AllToDisk);
-    let s = Saboteur { dir: base.path().to_path_buf(), after: 6, action, done: AtomicBool::new(false), touched: Mutex::new(Vec::new()) };
+    let s = Saboteur {
+        dir: base.path().to_path_buf(),
+        after: 6,
+        action,
+        done: AtomicBool::new(false),
+        touched: Mutex::new(Vec::new()),
+    };
     let r = solve_local(board, &opts, &AtomicBool::new(false), &s);
     assert!(s.done.load(Ordering::SeqCst));
     let touched = s.touched.into_inner().unwrap();
@@ -139,10 +147,7 @@ fn corrupt_shard_during_a_solve_is_an_error_naming_it() {
         }
     });
     let e = storage_error(r);
-    assert!(
-        matches!(e, StorageError::CorruptBlock { .. } | StorageError::ChecksumMismatch { .. }),
-        "{e}"
-    );
+    assert!(matches!(e, StorageError::CorruptBlock { .. } | StorageError::ChecksumMismatch { .. }), "{e}");
     assert!(touched.iter().any(|t| t == e.path()), "{} is not one of the damaged files", e.path().display());
     assert!(e.to_string().starts_with(&*e.path().to_string_lossy()), "{e}");
     assert!(entries(base.path()).is_empty(), "spill files left after the error");
@@ -157,10 +162,7 @@ fn truncated_shard_during_a_solve_is_an_error_naming_it() {
         }
     });
     let e = storage_error(r);
-    assert!(
-        matches!(e, StorageError::Truncated { .. } | StorageError::CorruptIndex { .. }),
-        "{e}"
-    );
+    assert!(matches!(e, StorageError::Truncated { .. } | StorageError::CorruptIndex { .. }), "{e}");
     assert!(touched.iter().any(|t| t == e.path()), "{}", e.path().display());
     assert!(entries(base.path()).is_empty());
 }
@@ -193,7 +195,9 @@ fn cancelled_spilled_solve_cleans_up() {
     let base = tempfile::tempdir().unwrap();
     let (_, board) = microban(114);
     let cancel = AtomicBool::new(false);
-    let r = solve_local(board, &budgeted(32 * 1024, base.path(), SpillPolicy::KeepOldest), &cancel, &CancelAfter(&cancel)).unwrap();
+    let r =
+        solve_local(board, &budgeted(32 * 1024, base.path(), SpillPolicy::KeepOldest), &cancel, &CancelAfter(&cancel))
+            .unwrap();
     assert_eq!(r.status, Status::Timeout);
     assert!(entries(base.path()).is_empty());
 }
@@ -213,7 +217,17 @@ fn cli_mem_spills_and_removes_its_files() {
     let file = repo("levels/Microban_155.xsb");
     let base = tempfile::tempdir().unwrap();
     let dir = base.path().to_str().unwrap();
-    let o = sokoshard(&["solve", file.to_str().unwrap(), "--level", "138", "--mem", "100KiB", "--spill-dir", dir, "--json"]);
+    let o = sokoshard(&[
+        "solve",
+        file.to_str().unwrap(),
+        "--level",
+        "138",
+        "--mem",
+        "100KiB",
+        "--spill-dir",
+        dir,
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let v = json(&o);
     let pushes = truth().iter().find(|t| t.0 == 138).unwrap().1;
@@ -226,7 +240,18 @@ fn cli_mem_spills_and_removes_its_files() {
     assert!(entries(base.path()).is_empty());
 
     // --keep-spill leaves the shards and says where
-    let o = sokoshard(&["solve", file.to_str().unwrap(), "--level", "138", "--mem", "100KiB", "--spill-dir", dir, "--keep-spill", "--json"]);
+    let o = sokoshard(&[
+        "solve",
+        file.to_str().unwrap(),
+        "--level",
+        "138",
+        "--mem",
+        "100KiB",
+        "--spill-dir",
+        dir,
+        "--keep-spill",
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(0));
     let v = json(&o);
     let kept = PathBuf::from(v["spill_dir"].as_str().unwrap());

@@ -267,7 +267,12 @@ impl CoordinatorService {
             if !terminal(rec.state) && rec.state != JobState::Queued as i32 {
                 rec.state = JobState::Paused as i32;
                 rec.message = "coordinator restarted; resuming from the last completed layer".into();
-                tracing::info!(job = rec.id, forward = rec.layers[0].len(), backward = rec.layers[1].len(), "job resumes from the log");
+                tracing::info!(
+                    job = rec.id,
+                    forward = rec.layers[0].len(),
+                    backward = rec.layers[1].len(),
+                    "job resumes from the log"
+                );
             }
             let entry = JobEntry {
                 stop: Arc::new(AtomicBool::new(false)),
@@ -298,9 +303,14 @@ impl CoordinatorService {
     }
 
     /// The service wrapped with the token check and size limits.
-    pub fn server(self, token: &str) -> tonic::service::interceptor::InterceptedService<CoordinatorServer<Self>, CheckToken> {
+    pub fn server(
+        self,
+        token: &str,
+    ) -> tonic::service::interceptor::InterceptedService<CoordinatorServer<Self>, CheckToken> {
         tonic::service::interceptor::InterceptedService::new(
-            CoordinatorServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES).max_encoding_message_size(MAX_MESSAGE_BYTES),
+            CoordinatorServer::new(self)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             CheckToken::new(token),
         )
     }
@@ -317,11 +327,20 @@ impl Coordinator for CoordinatorService {
         // the worker may be a new process behind an old address: dial afresh
         self.sh.clients.forget(&r.address);
         let mut c = self.sh.clients.get(&r.address)?;
-        let hello = tokio::time::timeout(Duration::from_secs(10), c.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }))
-            .await
-            .map_err(|_| ClusterError::Unavailable(format!("the coordinator cannot reach the worker at {}", r.address)))?
-            .map_err(|s| ClusterError::Unavailable(format!("the coordinator cannot reach the worker at {}: {}", r.address, s.message())))?
-            .into_inner();
+        let hello =
+            tokio::time::timeout(Duration::from_secs(10), c.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }))
+                .await
+                .map_err(|_| {
+                    ClusterError::Unavailable(format!("the coordinator cannot reach the worker at {}", r.address))
+                })?
+                .map_err(|s| {
+                    ClusterError::Unavailable(format!(
+                        "the coordinator cannot reach the worker at {}: {}",
+                        r.address,
+                        s.message()
+                    ))
+                })?
+                .into_inner();
         if hello.node_id != r.node_id || hello.incarnation != r.incarnation {
             return Err(ClusterError::FailedPrecondition(format!(
                 "the worker at {} is {} (incarnation {:x}), not the joining {}",
@@ -381,20 +400,32 @@ impl Coordinator for CoordinatorService {
         let r = req.into_inner();
         check_version(r.protocol_version, "client")?;
         if r.level_text.len() > MAX_LEVEL_TEXT {
-            return Err(ClusterError::TooLarge(format!("a level text of {} bytes (limit {MAX_LEVEL_TEXT})", r.level_text.len())).into());
+            return Err(ClusterError::TooLarge(format!(
+                "a level text of {} bytes (limit {MAX_LEVEL_TEXT})",
+                r.level_text.len()
+            ))
+            .into());
         }
-        let kind = JobKind::try_from(r.kind).map_err(|_| ClusterError::InvalidArgument(format!("unknown job kind {}", r.kind)))?;
-        let level = parse_one(&r.level_text, "submitted level").map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
+        let kind = JobKind::try_from(r.kind)
+            .map_err(|_| ClusterError::InvalidArgument(format!("unknown job kind {}", r.kind)))?;
+        let level =
+            parse_one(&r.level_text, "submitted level").map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
         Board::new(&level).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
         let mut options = r.options.unwrap_or_default();
         if options.partitions == 0 {
             options.partitions = DEFAULT_PARTITIONS;
         }
         if !options.partitions.is_power_of_two() || options.partitions > 1 << 16 {
-            return Err(ClusterError::InvalidArgument(format!("{} partitions: need a power of two up to 65536", options.partitions)).into());
+            return Err(ClusterError::InvalidArgument(format!(
+                "{} partitions: need a power of two up to 65536",
+                options.partitions
+            ))
+            .into());
         }
         if !(options.timeout >= 0.0 && options.timeout.is_finite()) {
-            return Err(ClusterError::InvalidArgument("the timeout must be a non-negative number of seconds".into()).into());
+            return Err(
+                ClusterError::InvalidArgument("the timeout must be a non-negative number of seconds".into()).into()
+            );
         }
         if options.kpg as usize > crate::engine::kpg::MAX_K || (kind == JobKind::Deadlocks && options.kpg == 0) {
             return Err(ClusterError::InvalidArgument(format!(
@@ -564,7 +595,8 @@ pub async fn serve(cfg: CoordinatorConfig) -> Result<(), ClusterError> {
         builder = builder.tls_config(tls)?;
     }
     // one service per node: served directly, no router
-    let server = builder.serve_with_incoming(svc.server(&cfg.net.token), tokio_stream::wrappers::TcpListenerStream::new(listener));
+    let server = builder
+        .serve_with_incoming(svc.server(&cfg.net.token), tokio_stream::wrappers::TcpListenerStream::new(listener));
     let runner = tokio::spawn(run_jobs(sh));
     let r = server.await;
     runner.abort();
