@@ -3,13 +3,17 @@
 
 use crate::common::{board_of, reference_bfs, repo, small_level, truth};
 use proptest::prelude::*;
-use sokoshard::engine::kpg::build_tables;
+use sokoshard::engine::kpg::{build_tables, DeadlockTables};
 use sokoshard::engine::search::NoProgress;
-use sokoshard::engine::PatternCheck;
+use sokoshard::engine::{PatternCheck, Side};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::split_collection;
+use sokoshard::model::rules::{
+    for_each_pull_kept, for_each_push_kept, goal_states, normalize_player, Pruning, Scratch,
+};
 use sokoshard::model::solution::verify;
 use sokoshard::solve::{solve_local, SolveOptions, Status};
+use std::collections::{HashSet, VecDeque};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -46,6 +50,74 @@ proptest! {
                 None => prop_assert_eq!(status, Status::Unsolvable, "k={} {}", k, text),
             }
         }
+    }
+}
+
+type State = (Vec<u16>, u16);
+
+/// Every state a breadth-first walk reaches from `seeds`, with `step` listing a
+/// state's successors.
+fn closure(seeds: Vec<State>, mut step: impl FnMut(&State, &mut Vec<State>)) -> HashSet<State> {
+    let mut seen: HashSet<State> = seeds.iter().cloned().collect();
+    let mut queue: VecDeque<State> = seeds.into();
+    let mut next = Vec::new();
+    while let Some(s) = queue.pop_front() {
+        next.clear();
+        step(&s, &mut next);
+        for t in next.drain(..) {
+            if seen.insert(t.clone()) {
+                queue.push_back(t);
+            }
+        }
+    }
+    seen
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
+
+    /// With k equal to the box count the k-game is the whole game, so its tables
+    /// hold every dead configuration the pruned game reaches: a forward walk that
+    /// checks them reaches exactly the solvable states the start reaches (and the
+    /// start), a backward walk exactly the states both the goal and the start
+    /// reach (and the goal states). What the README's "floor" rests on: at that k
+    /// a search stores live states only, so no deadlock test can do better.
+    #[test]
+    fn tables_at_the_box_count_leave_exactly_the_live_states(text in small_level()) {
+        let Some(board) = board_of(&text) else { return Ok(()) };
+        if board.unsolvable.is_some() || board.box_count() != board.goals.len() {
+            return Ok(());
+        }
+        let board = Arc::new(board);
+        let (tables, _) =
+            build_tables(board.clone(), board.box_count(), 4, &AtomicBool::new(false), &NoProgress).unwrap();
+        let mut sc = Scratch::new(&board);
+        let start: State =
+            (board.start_boxes.clone(), normalize_player(&board, &mut sc, &board.start_boxes, board.start_player));
+        let goals: Vec<State> =
+            goal_states(&board, &mut sc, &board.goals).into_iter().map(|p| (board.goals.clone(), p)).collect();
+        let mut sc2 = Scratch::new(&board);
+        let mut walk = |side: Side, pruning: Pruning, tables: Option<&DeadlockTables>, seeds: Vec<State>| {
+            closure(seeds, |(boxes, p), out| {
+                let keep = |b: &[u16], moved: u16, at: u16| tables.is_none_or(|t| !t.is_deadlock(side, b, moved, at));
+                let emit = |b: &[u16], q: u16, _| out.push((b.to_vec(), q));
+                match side {
+                    Side::Forward => for_each_push_kept(&board, &mut sc2, boxes, *p, pruning, keep, emit),
+                    Side::Backward => for_each_pull_kept(&board, &mut sc2, boxes, *p, pruning, keep, emit),
+                }
+            })
+        };
+        let reached = walk(Side::Forward, Pruning::NONE, None, vec![start.clone()]);
+        let solvable = walk(Side::Backward, Pruning::NONE, None, goals.clone());
+        let forward = walk(Side::Forward, Pruning::ALL, Some(&tables), vec![start.clone()]);
+        let backward = walk(Side::Backward, Pruning::ALL, Some(&tables), goals.clone());
+
+        let mut live_forward: HashSet<State> = reached.intersection(&solvable).cloned().collect();
+        live_forward.insert(start.clone());
+        prop_assert_eq!(&forward, &live_forward, "{}", text);
+        let mut live_backward: HashSet<State> = solvable.intersection(&reached).cloned().collect();
+        live_backward.extend(goals);
+        prop_assert_eq!(&backward, &live_backward, "{}", text);
     }
 }
 
