@@ -5,7 +5,7 @@ use super::progress::LayerProgress;
 use super::{read_collection, Selection, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use sokoshard::engine::kpg::{build_tables, unpack, DeadPlayers, KStats, KpgProgress, Packed, MAX_K};
+use sokoshard::engine::kpg::{build_tables, unpack, DeadPlayers, KStats, KTable, KpgProgress, Packed, MAX_K};
 use sokoshard::engine::search::{LayerEvent, Progress};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::parse_one;
@@ -103,11 +103,18 @@ impl KpgProgress for KProgress {
     }
 }
 
-/// Prints one k's figures as a line of the build report.
-pub fn describe(s: &KStats) -> String {
+/// Prints one k's figures as a line of the build report; `bytes` is what its
+/// table takes in the file.
+pub fn describe(s: &KStats, bytes: u64) -> String {
     format!(
-        "k={}: explored {} forward + {} backward configurations, kept {} forward + {} backward patterns, {:.2} s",
-        s.k, s.forward_states, s.backward_states, s.forward_patterns, s.backward_patterns, s.seconds
+        "k={}: explored {} forward + {} backward configurations, kept {} forward + {} backward patterns, {:.2} s, {} in the file",
+        s.k,
+        s.forward_states,
+        s.backward_states,
+        s.forward_patterns,
+        s.backward_patterns,
+        s.seconds,
+        human_bytes(bytes)
     )
 }
 
@@ -129,7 +136,7 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
         pool.install(|| build_tables(board.clone(), args.k, 16, &AtomicBool::new(false), &progress))?;
     progress.finish();
     let bytes = kdb::save(&args.output, &tables, &level.to_xsb())?;
-    report_build(&args, &stats, bytes)
+    report_build(&args, &stats, &tables.tables, bytes)
 }
 
 /// `deadlocks build --coordinator`: the cluster plays the k-games; the database
@@ -168,17 +175,20 @@ fn build_on_cluster(
     let tmp = args.output.with_extension("kdb.tmp");
     std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &args.output).with_context(|| format!("writing {}", args.output.display()))?;
-    report_build(args, &stats, bytes.len() as u64)
+    report_build(args, &stats, &file.tables, bytes.len() as u64)
 }
 
 /// The build report, the same for a local and a cluster build: a line (or JSON
 /// object) per k, then the file written.
-fn report_build(args: &BuildArgs, stats: &[KStats], bytes: u64) -> Result<ExitCode> {
+fn report_build(args: &BuildArgs, stats: &[KStats], tables: &[KTable], bytes: u64) -> Result<ExitCode> {
     for s in stats {
+        let table_bytes = tables.iter().find(|t| t.k == s.k).map_or(0, kdb::table_bytes);
         if args.json {
-            println!("{}", serde_json::to_string(s)?);
+            let mut v = serde_json::to_value(s)?;
+            v["file_bytes"] = table_bytes.into();
+            println!("{v}");
         } else {
-            println!("{}", describe(s));
+            println!("{}", describe(s, table_bytes));
         }
     }
     if !args.json {

@@ -63,32 +63,44 @@ pub fn encode(tables: &DeadlockTables, level_text: &str) -> Vec<u8> {
     out.extend_from_slice(&(level_text.len() as u32).to_le_bytes());
     out.extend_from_slice(level_text.as_bytes());
     for t in &tables.tables {
-        out.extend_from_slice(&(t.k as u32).to_le_bytes());
-        for set in [&t.forward, &t.backward] {
-            // sorted for a deterministic file
-            let mut entries: Vec<(&Packed, &DeadPlayers)> = set.map.iter().collect();
-            entries.sort_unstable_by_key(|e| *e.0);
-            out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-            for (packed, dead) in entries {
-                for s in unpack(*packed, t.k) {
-                    out.extend_from_slice(&s.to_le_bytes());
-                }
-                match dead {
-                    DeadPlayers::Any => out.push(0),
-                    DeadPlayers::Squares(v) => {
-                        out.push(1);
-                        out.extend_from_slice(&(v.len() as u16).to_le_bytes());
-                        for p in v {
-                            out.extend_from_slice(&p.to_le_bytes());
-                        }
+        encode_table(&mut out, t);
+    }
+    let sum = xxhash_rust::xxh3::xxh3_64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+/// One k's section of the file: `k`, then the forward and the backward set.
+fn encode_table(out: &mut Vec<u8>, t: &KTable) {
+    out.extend_from_slice(&(t.k as u32).to_le_bytes());
+    for set in [&t.forward, &t.backward] {
+        // sorted for a deterministic file
+        let mut entries: Vec<(&Packed, &DeadPlayers)> = set.map.iter().collect();
+        entries.sort_unstable_by_key(|e| *e.0);
+        out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        for (packed, dead) in entries {
+            for s in unpack(*packed, t.k) {
+                out.extend_from_slice(&s.to_le_bytes());
+            }
+            match dead {
+                DeadPlayers::Any => out.push(0),
+                DeadPlayers::Squares(v) => {
+                    out.push(1);
+                    out.extend_from_slice(&(v.len() as u16).to_le_bytes());
+                    for p in v {
+                        out.extend_from_slice(&p.to_le_bytes());
                     }
                 }
             }
         }
     }
-    let sum = xxhash_rust::xxh3::xxh3_64(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    out
+}
+
+/// Bytes one k's table takes in the file (the build report gives it per k).
+pub fn table_bytes(t: &KTable) -> u64 {
+    let mut out = Vec::new();
+    encode_table(&mut out, t);
+    out.len() as u64
 }
 
 /// Writes a database atomically (temporary name, then rename).

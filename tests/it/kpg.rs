@@ -165,6 +165,10 @@ fn deadlock_database_build_show_and_reuse() {
     // level 93's 2-box game keeps backward patterns (which is where its gain comes from)
     let kept = lines[1]["forward_patterns"].as_u64().unwrap() + lines[1]["backward_patterns"].as_u64().unwrap();
     assert!(kept > 0, "{:?}", lines[1]);
+    // each k's share of the file: its patterns take room, and the shares fit in the file
+    let shares: Vec<u64> = lines.iter().map(|l| l["file_bytes"].as_u64().unwrap()).collect();
+    assert!(shares[1] > shares[0] && shares[0] > 0, "{shares:?}");
+    assert!(shares.iter().sum::<u64>() < std::fs::metadata(db).unwrap().len(), "{shares:?}");
 
     let o = sokoshard(&["deadlocks", "show", db]);
     assert_eq!(o.status.code(), Some(0));
