@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use sokoshard::model::board::Board;
 use sokoshard::model::level::parse_one;
-use sokoshard::model::rules::{for_each_push, normalize_player, Pruning, Scratch};
+use sokoshard::model::rules::{for_each_push, goal_states, normalize_player, Pruning, Scratch};
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 
@@ -81,14 +81,48 @@ pub fn board_of(text: &str) -> Option<Board> {
     Board::new(&level).ok()
 }
 
+/// A state as the tests hold it: sorted box squares and the normalized player.
+pub type State = (Vec<u16>, u16);
+
+/// The start state, its player normalized by a full flood.
+pub fn start_state(board: &Board, sc: &mut Scratch) -> State {
+    (board.start_boxes.clone(), normalize_player(board, sc, &board.start_boxes, board.start_player))
+}
+
+/// The solved position with the player in each of its regions.
+pub fn goal_seeds(board: &Board, sc: &mut Scratch) -> Vec<State> {
+    goal_states(board, sc, &board.goals).into_iter().map(|p| (board.goals.clone(), p)).collect()
+}
+
+/// The states a breadth-first walk reaches from `seeds`, in the order first
+/// reached, with `step` listing a state's successors; no state is expanded
+/// once `limit` are known.
+pub fn reach_states(seeds: Vec<State>, limit: usize, mut step: impl FnMut(&State, &mut Vec<State>)) -> Vec<State> {
+    let mut seen: HashSet<State> = seeds.iter().cloned().collect();
+    let mut order = seeds;
+    let mut next = Vec::new();
+    let mut i = 0;
+    while i < order.len() && seen.len() < limit {
+        next.clear();
+        step(&order[i], &mut next);
+        i += 1;
+        for t in next.drain(..) {
+            if seen.insert(t.clone()) {
+                order.push(t);
+            }
+        }
+    }
+    order
+}
+
 /// Push-optimal length by a plain forward BFS with no pruning at all.
 pub fn reference_bfs(board: &Board) -> Option<usize> {
     if board.unsolvable.is_some() {
         return None;
     }
     let mut sc = Scratch::new(board);
-    let start = (board.start_boxes.clone(), normalize_player(board, &mut sc, &board.start_boxes, board.start_player));
-    let mut seen: HashSet<(Vec<u16>, u16)> = HashSet::new();
+    let start = start_state(board, &mut sc);
+    let mut seen: HashSet<State> = HashSet::new();
     seen.insert(start.clone());
     let mut queue = VecDeque::from([(start, 0usize)]);
     while let Some(((boxes, player), d)) = queue.pop_front() {

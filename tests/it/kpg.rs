@@ -1,19 +1,17 @@
 //! k-PG deadlock tables never change an answer, and the database file round-trips
 //! through the CLI with its refusals.
 
-use crate::common::{board_of, reference_bfs, repo, small_level, truth};
+use crate::common::{board_of, goal_seeds, reach_states, reference_bfs, repo, small_level, start_state, truth, State};
 use proptest::prelude::*;
 use sokoshard::engine::kpg::{build_tables, DeadlockTables};
 use sokoshard::engine::search::NoProgress;
 use sokoshard::engine::{PatternCheck, Side};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::split_collection;
-use sokoshard::model::rules::{
-    for_each_pull_kept, for_each_push_kept, goal_states, normalize_player, Pruning, Scratch,
-};
+use sokoshard::model::rules::{for_each_pull_kept, for_each_push_kept, Pruning, Scratch};
 use sokoshard::model::solution::verify;
 use sokoshard::solve::{solve_local, SolveOptions, Status};
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -53,26 +51,6 @@ proptest! {
     }
 }
 
-type State = (Vec<u16>, u16);
-
-/// Every state a breadth-first walk reaches from `seeds`, with `step` listing a
-/// state's successors.
-fn closure(seeds: Vec<State>, mut step: impl FnMut(&State, &mut Vec<State>)) -> HashSet<State> {
-    let mut seen: HashSet<State> = seeds.iter().cloned().collect();
-    let mut queue: VecDeque<State> = seeds.into();
-    let mut next = Vec::new();
-    while let Some(s) = queue.pop_front() {
-        next.clear();
-        step(&s, &mut next);
-        for t in next.drain(..) {
-            if seen.insert(t.clone()) {
-                queue.push_back(t);
-            }
-        }
-    }
-    seen
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
 
@@ -92,20 +70,18 @@ proptest! {
         let (tables, _) =
             build_tables(board.clone(), board.box_count(), 4, &AtomicBool::new(false), &NoProgress).unwrap();
         let mut sc = Scratch::new(&board);
-        let start: State =
-            (board.start_boxes.clone(), normalize_player(&board, &mut sc, &board.start_boxes, board.start_player));
-        let goals: Vec<State> =
-            goal_states(&board, &mut sc, &board.goals).into_iter().map(|p| (board.goals.clone(), p)).collect();
-        let mut sc2 = Scratch::new(&board);
+        let start = start_state(&board, &mut sc);
+        let goals = goal_seeds(&board, &mut sc);
         let mut walk = |side: Side, pruning: Pruning, tables: Option<&DeadlockTables>, seeds: Vec<State>| {
-            closure(seeds, |(boxes, p), out| {
+            let reached = reach_states(seeds, usize::MAX, |(boxes, p), out| {
                 let keep = |b: &[u16], moved: u16, at: u16| tables.is_none_or(|t| !t.is_deadlock(side, b, moved, at));
                 let emit = |b: &[u16], q: u16, _| out.push((b.to_vec(), q));
                 match side {
-                    Side::Forward => for_each_push_kept(&board, &mut sc2, boxes, *p, pruning, keep, emit),
-                    Side::Backward => for_each_pull_kept(&board, &mut sc2, boxes, *p, pruning, keep, emit),
+                    Side::Forward => for_each_push_kept(&board, &mut sc, boxes, *p, pruning, keep, emit),
+                    Side::Backward => for_each_pull_kept(&board, &mut sc, boxes, *p, pruning, keep, emit),
                 }
-            })
+            });
+            reached.into_iter().collect::<HashSet<State>>()
         };
         let reached = walk(Side::Forward, Pruning::NONE, None, vec![start.clone()]);
         let solvable = walk(Side::Backward, Pruning::NONE, None, goals.clone());

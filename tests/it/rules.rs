@@ -1,14 +1,12 @@
 //! Rules as properties: pushes and pulls mirror each other; the parser never
 //! panics on arbitrary bytes.
 
-use crate::common::{board_of, small_level};
+use crate::common::{board_of, goal_seeds, reach_states, small_level, start_state, State};
 use proptest::prelude::*;
 use sokoshard::model::board::Board;
 use sokoshard::model::level::split_collection;
-use sokoshard::model::rules::{for_each_pull, for_each_push, goal_states, normalize_player, Pruning, Scratch};
+use sokoshard::model::rules::{for_each_pull, for_each_push, Pruning, Scratch};
 use std::collections::HashSet;
-
-type State = (Vec<u16>, u16);
 
 fn pushes(board: &Board, sc: &mut Scratch, s: &State) -> HashSet<State> {
     let mut out = HashSet::new();
@@ -28,24 +26,9 @@ fn pulls(board: &Board, sc: &mut Scratch, s: &State) -> HashSet<State> {
 
 /// Up to `limit` states reachable from the start by pushes and from the goals by pulls.
 fn sample_states(board: &Board, sc: &mut Scratch, limit: usize) -> Vec<State> {
-    let start = (board.start_boxes.clone(), normalize_player(board, sc, &board.start_boxes, board.start_player));
-    let mut seeds = vec![start];
-    for p in goal_states(board, sc, &board.goals) {
-        seeds.push((board.goals.clone(), p));
-    }
-    let mut seen: HashSet<State> = seeds.iter().cloned().collect();
-    let mut queue = seeds;
-    let mut i = 0;
-    while i < queue.len() && seen.len() < limit {
-        let s = queue[i].clone();
-        i += 1;
-        for t in pushes(board, sc, &s).into_iter().chain(pulls(board, sc, &s)) {
-            if seen.insert(t.clone()) {
-                queue.push(t);
-            }
-        }
-    }
-    queue
+    let mut seeds = vec![start_state(board, sc)];
+    seeds.extend(goal_seeds(board, sc));
+    reach_states(seeds, limit, |s, out| out.extend(pushes(board, sc, s).into_iter().chain(pulls(board, sc, s))))
 }
 
 proptest! {
