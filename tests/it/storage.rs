@@ -217,17 +217,13 @@ fn cli_mem_spills_and_removes_its_files() {
     let file = repo("levels/Microban_155.xsb");
     let base = tempfile::tempdir().unwrap();
     let dir = base.path().to_str().unwrap();
-    let o = sokoshard(&[
-        "solve",
-        file.to_str().unwrap(),
-        "--level",
-        "138",
-        "--mem",
-        "100KiB",
-        "--spill-dir",
-        dir,
-        "--json",
-    ]);
+    // level 138 under a 100 KiB budget, spilling below `dir`, plus `extra`
+    let spilling = |extra: &[&str]| {
+        let mut args = vec!["solve", file.to_str().unwrap(), "--level", "138", "--mem", "100KiB", "--spill-dir", dir];
+        args.extend_from_slice(extra);
+        sokoshard(&args)
+    };
+    let o = spilling(&["--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let v = json(&o);
     let pushes = truth().iter().find(|t| t.0 == 138).unwrap().1;
@@ -240,18 +236,7 @@ fn cli_mem_spills_and_removes_its_files() {
     assert!(entries(base.path()).is_empty());
 
     // --keep-spill leaves the shards and says where
-    let o = sokoshard(&[
-        "solve",
-        file.to_str().unwrap(),
-        "--level",
-        "138",
-        "--mem",
-        "100KiB",
-        "--spill-dir",
-        dir,
-        "--keep-spill",
-        "--json",
-    ]);
+    let o = spilling(&["--keep-spill", "--json"]);
     assert_eq!(o.status.code(), Some(0));
     let v = json(&o);
     let kept = PathBuf::from(v["spill_dir"].as_str().unwrap());
@@ -259,7 +244,7 @@ fn cli_mem_spills_and_removes_its_files() {
     assert!(!shards(&kept).is_empty());
 
     // the text report shows the disk use
-    let o = sokoshard(&["solve", file.to_str().unwrap(), "--level", "138", "--mem", "100KiB", "--spill-dir", dir]);
+    let o = spilling(&[]);
     assert_eq!(o.status.code(), Some(0));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("states on disk") && out.contains("budget 100.0 KiB"), "{out}");
