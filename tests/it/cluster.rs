@@ -570,32 +570,11 @@ fn k_pg_tables_built_on_the_cluster_match_local_ones_and_jobs_use_them() {
     let file = repo(MICROBAN);
     let local_db = c.dir.path().join("local.kdb");
     let cluster_db = c.dir.path().join("cluster.kdb");
-    let o = Command::new(BIN)
-        .args([
-            "deadlocks",
-            "build",
-            file.to_str().unwrap(),
-            "--level",
-            "10",
-            "--k",
-            "2",
-            "-o",
-            local_db.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    // one command line, but for the output, run locally and through the coordinator
+    let build = ["deadlocks", "build", file.to_str().unwrap(), "--level", "10", "--k", "2", "-o"];
+    let o = Command::new(BIN).args(build).arg(&local_db).output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = c.cli(&[
-        "deadlocks",
-        "build",
-        file.to_str().unwrap(),
-        "--level",
-        "10",
-        "--k",
-        "2",
-        "-o",
-        cluster_db.to_str().unwrap(),
-    ]);
+    let o = c.cli(&[&build[..], &[cluster_db.to_str().unwrap()]].concat());
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
     // the same k-games played by the same engine: the same database, byte for byte
     assert_eq!(std::fs::read(&local_db).unwrap(), std::fs::read(&cluster_db).unwrap());
