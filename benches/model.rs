@@ -2,13 +2,13 @@
 //! the k-PG pattern check per generated state. Run with `cargo bench --bench model`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use sokoshard::engine::kpg::build_tables;
 use sokoshard::engine::search::NoProgress;
 use sokoshard::engine::{PatternCheck, Problem, Side};
 use sokoshard::model::board::Board;
 use sokoshard::model::key::{BitKey, KeySpace, StateKey};
 use sokoshard::model::level::split_collection;
 use sokoshard::model::rules::{Pruning, Scratch};
+use sokoshard::solve::build_tables;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 

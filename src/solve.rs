@@ -1,6 +1,7 @@
-//! Local mode: solve one level in this process, an in-process cluster of one. Picks
-//! the key width, builds the store and exchange, runs the engine, rebuilds the path
-//! and renders the LURD solution.
+//! Local mode: solve one level in this process, an in-process cluster of one.
+//! This is the local [`Deployment`] the one solve driver
+//! ([`crate::engine::driver::solve`]) runs on: every partition in one store,
+//! successors through one in-process exchange, k-games on the same engine.
 //!
 //! Two storage set-ups: everything in RAM ([`MemStore`] and [`LocalExchange`], the
 //! fast path, used when neither a memory budget nor a spill directory is asked
@@ -8,46 +9,25 @@
 //! [`MemoryBudget`], writing into a fresh [`SpillDir`] that is removed when the
 //! solve ends, however it ends, unless kept.
 
-use crate::engine::partition::{Exchange, LocalExchange, PartitionStore, Partitioner};
-use crate::engine::path::{rebuild, StoreLookup};
-use crate::engine::search::{bidirectional, Limits, LocalBackend, Progress, SearchEnd, SearchStats};
-use crate::engine::{EngineError, PatternCheck, Problem};
+use crate::engine::driver::{solve, Deployment, Observers, SolveSpec};
+use crate::engine::kpg::{build_tables_paired, DeadlockTables, KStats, KpgProgress};
+use crate::engine::partition::{LocalExchange, PartitionStore, Partitioner};
+use crate::engine::search::{exhaust, LayerBackend, Limits, LocalBackend, NoProgress, Progress, SearchEnd};
+use crate::engine::{EngineError, Problem, Side};
 use crate::model::board::Board;
-use crate::model::key::{BitKey, KeyWidth, StateKey};
-use crate::model::rules::{goal_states, normalize_player, BoxMove, Pruning, Scratch};
-use crate::model::solution::pushes_to_lurd;
+use crate::model::key::StateKey;
+use crate::model::rules::Pruning;
 use crate::storage::budget::{default_budget, MemoryBudget};
 use crate::storage::disk::{DiskOptions, DiskStore, DiskUsage, SpillPolicy};
 use crate::storage::mem::MemStore;
 use crate::storage::spill::{SpillDir, SpillExchange};
-use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// How a solve ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Solved,
-    Unsolvable,
-    Timeout,
-    Limit,
-    Error,
-}
-
-impl Status {
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Solved => "solved",
-            Status::Unsolvable => "unsolvable",
-            Status::Timeout => "timeout",
-            Status::Limit => "limit",
-            Status::Error => "error",
-        }
-    }
-}
+pub use crate::engine::driver::{seeds, TableSource};
+pub use crate::engine::report::{SolveReport, Status, StorageReport};
 
 /// Options for a local solve.
 #[derive(Clone)]
@@ -56,8 +36,10 @@ pub struct SolveOptions {
     pub partitions: usize,
     pub pruning: Pruning,
     pub max_states: Option<u64>,
-    /// Pattern deadlock tables (k-PG), if any.
-    pub patterns: Option<Arc<dyn PatternCheck>>,
+    /// Where the k-PG deadlock tables come from, if any.
+    pub tables: TableSource,
+    /// Stop (status `timeout`) at this instant; a table build counts.
+    pub deadline: Option<Instant>,
     /// Memory budget in bytes for states and successors. With a budget or a
     /// spill directory the solve keeps what fits in RAM and spills the rest;
     /// with neither, everything stays in RAM.
@@ -87,7 +69,8 @@ impl Default for SolveOptions {
             partitions: default_partitions(2),
             pruning: Pruning::SOLVE,
             max_states: None,
-            patterns: None,
+            tables: TableSource::None,
+            deadline: None,
             memory_budget: None,
             spill_dir: None,
             keep_spill: false,
@@ -103,151 +86,69 @@ impl SolveOptions {
     }
 }
 
-/// What a budgeted (disk-backed) solve used.
-#[derive(Debug, Clone, Serialize)]
-pub struct StorageReport {
-    pub memory_budget_bytes: u64,
-    /// Partitions used (the budget may raise the requested count).
-    pub partitions: usize,
-    /// States held in layer shard files at the end (their bytes are the
-    /// report's `disk_bytes`).
-    pub disk_states: u64,
-    /// Most bytes on disk at once: layer shards plus successor runs.
-    pub peak_disk_bytes: u64,
-    /// Successor keys written to runs by the exchange.
-    pub spilled_candidates: u64,
-    /// Most candidates (duplicates included) one partition had in one layer,
-    /// and the keys per chunk the merge streamed them in.
-    pub largest_partition_candidates: u64,
-    pub merge_chunk_keys: u64,
-    /// The spill directory, when kept.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spill_dir: Option<PathBuf>,
-}
-
-/// The result of solving one level.
-#[derive(Debug, Clone, Serialize)]
-pub struct SolveReport {
-    pub status: Status,
-    pub pushes: Option<usize>,
-    pub moves: Option<usize>,
-    pub solution: Option<String>,
-    /// States stored (both sides).
-    pub states: u64,
-    pub generated: u64,
-    pub seconds: f64,
-    /// Of `seconds`, the time spent building k-PG tables.
-    pub kpg_seconds: f64,
-    pub forward_layers: usize,
-    pub backward_layers: usize,
-    pub peak_memory_bytes: u64,
-    /// Bytes the visited sets hold in memory at the end (divide by `states` for
-    /// bytes per stored state).
-    pub store_bytes: u64,
-    pub disk_bytes: u64,
-    pub key_width: KeyWidth,
-    /// Why the level is unsolvable, when known without searching.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Disk use of a budgeted solve.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub storage: Option<StorageReport>,
-}
-
-impl SolveReport {
-    /// A report with nothing searched yet: unsolvable with the board's reason if
-    /// the board alone proves it, zero counters otherwise.
-    pub fn empty(board: &Board) -> SolveReport {
-        SolveReport {
-            status: Status::Unsolvable,
-            pushes: None,
-            moves: None,
-            solution: None,
-            states: 0,
-            generated: 0,
-            seconds: 0.0,
-            kpg_seconds: 0.0,
-            forward_layers: 0,
-            backward_layers: 0,
-            peak_memory_bytes: 0,
-            store_bytes: 0,
-            disk_bytes: 0,
-            key_width: board.keyspace.width,
-            reason: board.unsolvable.clone(),
-            storage: None,
-        }
-    }
-
-    /// Records a rebuilt push path as the solution. `false` if the pushes do not
-    /// replay on the board (an engine bug the caller reports as internal).
-    pub fn record_solution(&mut self, board: &Board, pushes: &[BoxMove]) -> bool {
-        let Some(lurd) = pushes_to_lurd(board, pushes) else { return false };
-        self.status = Status::Solved;
-        self.pushes = Some(pushes.len());
-        self.moves = Some(lurd.len());
-        self.solution = Some(lurd);
-        true
-    }
-
-    /// Records how a search ended when the sides did not meet; a meeting is
-    /// recorded with [`SolveReport::record_solution`] once the path is rebuilt.
-    pub fn record_unmet<K>(&mut self, end: &SearchEnd<K>) {
-        match end {
-            SearchEnd::Met { .. } => {}
-            SearchEnd::Unsolvable { exhausted } => {
-                self.status = Status::Unsolvable;
-                self.reason = Some(format!("the {} search ran dry", exhausted.name()));
-            }
-            SearchEnd::Cancelled => self.status = Status::Timeout,
-            SearchEnd::Limit => self.status = Status::Limit,
-        }
-    }
-}
-
-/// Solves `board` in this process.
+/// Solves `board` in this process, reporting the search's layers to `progress`.
 pub fn solve_local(
     board: Arc<Board>,
     opts: &SolveOptions,
     cancel: &AtomicBool,
     progress: &dyn Progress,
 ) -> Result<SolveReport, EngineError> {
-    match board.keyspace.width {
-        KeyWidth::U64 => solve_typed::<u64>(board, opts, cancel, progress),
-        KeyWidth::U128 => solve_typed::<u128>(board, opts, cancel, progress),
-        KeyWidth::Bits256 => solve_typed::<BitKey<4>>(board, opts, cancel, progress),
-        KeyWidth::Bits1024 => solve_typed::<BitKey<16>>(board, opts, cancel, progress),
-    }
+    solve_local_observed(board, opts, cancel, &Observers { tables: &NoProgress, search: progress })
 }
 
-/// The forward seeds (the start) and backward seeds (solved, player in each region).
-pub fn seeds<K: StateKey>(problem: &Problem<K>) -> (Vec<K>, Vec<K>) {
-    let board = &problem.board;
-    let mut sc = Scratch::new(board);
-    let start_player = normalize_player(board, &mut sc, &board.start_boxes, board.start_player);
-    let starts = vec![problem.encode(&board.start_boxes, start_player)];
-    let goals =
-        goal_states(board, &mut sc, &board.goals).into_iter().map(|p| problem.encode(&board.goals, p)).collect();
-    (starts, goals)
-}
-
-fn solve_typed<K: StateKey>(
+/// [`solve_local`] with an observer of the table build too.
+pub fn solve_local_observed(
     board: Arc<Board>,
     opts: &SolveOptions,
     cancel: &AtomicBool,
-    progress: &dyn Progress,
+    observers: &Observers<'_>,
 ) -> Result<SolveReport, EngineError> {
-    let started = Instant::now();
-    let mut report = SolveReport::empty(&board);
-    if report.reason.is_some() {
-        return Ok(report);
+    let spec = SolveSpec {
+        pruning: opts.pruning,
+        tables: opts.tables.clone(),
+        max_states: opts.max_states,
+        deadline: opts.deadline,
+    };
+    let mut local = Local { opts, storage: None };
+    solve(&mut local, board, &spec, cancel, observers)
+}
+
+/// Partitions of a k-game's layers in this process.
+const TABLE_PARTITIONS: usize = 16;
+
+/// The local deployment: layers in this process.
+struct Local<'a> {
+    opts: &'a SolveOptions,
+    /// What the disk-backed store used, once a budgeted search ran.
+    storage: Option<StorageReport>,
+}
+
+impl Deployment for Local<'_> {
+    fn build_tables(
+        &mut self,
+        board: &Arc<Board>,
+        max_k: usize,
+        cancel: &AtomicBool,
+        progress: &dyn KpgProgress,
+    ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError> {
+        let built = build_tables(board.clone(), max_k, TABLE_PARTITIONS, cancel, progress)?;
+        Ok((!cancel.load(Ordering::SeqCst)).then_some(built))
     }
-    let problem = Problem::<K>::full(board.clone(), opts.pruning, opts.patterns.clone());
-    if !opts.spills() {
-        let partitioner = Partitioner::for_space(opts.partitions, &problem.space);
-        let store = MemStore::<K>::new(partitioner.count());
-        let exchange = LocalExchange::<K>::new(partitioner.count());
-        search(&problem, partitioner, &store, &exchange, opts, cancel, progress, &mut report)?;
-    } else {
+
+    fn search<K: StateKey>(
+        &mut self,
+        problem: &Problem<K>,
+        _tables: Option<&Arc<DeadlockTables>>,
+        cancel: &AtomicBool,
+        search: &mut dyn FnMut(&mut dyn LayerBackend<K>) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        let opts = self.opts;
+        if !opts.spills() {
+            let partitioner = Partitioner::for_space(opts.partitions, &problem.space);
+            let store = MemStore::<K>::new(partitioner.count());
+            let exchange = LocalExchange::<K>::new(partitioner.count());
+            return search(&mut LocalBackend { problem, partitioner, store: &store, exchange: &exchange, cancel });
+        }
         let budget = MemoryBudget::new(
             opts.memory_budget.unwrap_or_else(default_budget),
             rayon::current_num_threads(),
@@ -277,8 +178,8 @@ fn solve_typed<K: StateKey>(
             budget.merge_chunk_keys(),
             usage.clone(),
         )?;
-        let result = search(&problem, partitioner, &store, &exchange, opts, cancel, progress, &mut report);
-        report.storage = Some(StorageReport {
+        let result = search(&mut LocalBackend { problem, partitioner, store: &store, exchange: &exchange, cancel });
+        self.storage = Some(StorageReport {
             memory_budget_bytes: budget.total,
             partitions: parts,
             disk_states: store.disk_keys(),
@@ -288,49 +189,63 @@ fn solve_typed<K: StateKey>(
             merge_chunk_keys: budget.merge_chunk_keys(),
             spill_dir: spill.kept().then(|| spill.path().to_path_buf()),
         });
-        result?;
+        result
     }
-    report.seconds = started.elapsed().as_secs_f64();
-    Ok(report)
+
+    fn finish_report(&mut self, report: &mut SolveReport) {
+        report.storage = self.storage.take();
+    }
 }
 
-/// Runs the search on `store` and `exchange` and fills `report`, rebuilding the
-/// path when the sides meet.
-#[allow(clippy::too_many_arguments)]
-fn search<K: StateKey>(
-    problem: &Problem<K>,
-    partitioner: Partitioner,
-    store: &dyn PartitionStore<K>,
-    exchange: &dyn Exchange<K>,
-    opts: &SolveOptions,
+/// Builds k-PG tables for k = 1..=`max_k` in this process, each k-game on
+/// `partitions` in-memory partitions. Stops early (returning what is complete)
+/// if `cancel` is raised.
+pub fn build_tables(
+    board: Arc<Board>,
+    max_k: usize,
+    partitions: usize,
+    cancel: &AtomicBool,
+    progress: &dyn KpgProgress,
+) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
+    // in this process the two sides of a k-game run at once: each is a run of
+    // small layers that alone keeps the threads about two thirds busy
+    let mut local = |problem: &Problem<u64>, _: &DeadlockTables, fwd: &[u64], bwd: &[u64]| {
+        let (f, b) = rayon::join(
+            || explore(problem, Side::Forward, fwd, partitions, cancel, progress),
+            || explore(problem, Side::Backward, bwd, partitions, cancel, progress),
+        );
+        Ok((f?, b?))
+    };
+    build_tables_paired(board, max_k, progress, &mut local)
+}
+
+/// Explores one side of the k-game to exhaustion; returns every key found, sorted.
+fn explore(
+    problem: &Problem<u64>,
+    side: Side,
+    seeds: &[u64],
+    partitions: usize,
     cancel: &AtomicBool,
     progress: &dyn Progress,
-    report: &mut SolveReport,
-) -> Result<(), EngineError> {
-    let mut backend = LocalBackend { problem, partitioner, store, exchange, cancel };
-    let (starts, goals) = seeds(problem);
-    let limits = Limits { cancel, max_states: opts.max_states };
-    let (end, stats) = bidirectional(&mut backend, &starts, &goals, &limits, progress)?;
-    fill_stats(report, &stats);
-    match end {
-        SearchEnd::Met { key, forward, backward } => {
-            let lookup = StoreLookup { store, partitioner };
-            let pushes = rebuild(problem, &lookup, key, forward, backward)?;
-            if !report.record_solution(&problem.board, &pushes) {
-                return Err(EngineError::Internal("rebuilt pushes do not replay".into()));
-            }
-        }
-        other => report.record_unmet(&other),
+) -> Result<Option<Vec<u64>>, EngineError> {
+    let partitioner = Partitioner::for_space(partitions, &problem.space);
+    let store = MemStore::<u64>::new(partitions);
+    let exchange = LocalExchange::<u64>::new(partitions);
+    let mut backend = LocalBackend { problem, partitioner, store: &store, exchange: &exchange, cancel };
+    let limits = Limits { cancel, max_states: None };
+    let (end, _) = exhaust(&mut backend, side, seeds, &limits, progress)?;
+    if matches!(end, SearchEnd::Cancelled) {
+        return Ok(None);
     }
-    Ok(())
-}
-
-fn fill_stats(report: &mut SolveReport, stats: &SearchStats) {
-    report.states = stats.stored;
-    report.generated = stats.generated;
-    report.forward_layers = stats.layers[0];
-    report.backward_layers = stats.layers[1];
-    report.peak_memory_bytes = stats.peak_memory_bytes;
-    report.store_bytes = stats.store_bytes;
-    report.disk_bytes = stats.disk_bytes;
+    let mut all = Vec::new();
+    for layer in 0..store.layers(side) {
+        for p in 0..partitions {
+            store.for_each_chunk(side, layer, p, &mut |c| {
+                all.extend_from_slice(c);
+                Ok(())
+            })?;
+        }
+    }
+    all.sort_unstable();
+    Ok(Some(all))
 }

@@ -2,7 +2,7 @@
 //! and `bench-cluster`. Each builds a tokio runtime and calls the library's
 //! cluster room; results print exactly as `solve` prints them.
 
-use super::solve::{print_level, print_summary_of};
+use super::output::{print_level, print_summary_of};
 use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};

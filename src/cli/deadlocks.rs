@@ -1,14 +1,14 @@
 //! `deadlocks build` and `deadlocks show`: precomputing k-PG deadlock databases
 //! and looking inside them.
 
-use super::progress::LayerProgress;
+use super::progress::KProgress;
 use super::{read_collection, Selection, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use sokoshard::engine::kpg::{build_tables, unpack, DeadPlayers, KStats, KTable, KpgProgress, Packed, MAX_K};
-use sokoshard::engine::search::{LayerEvent, Progress};
+use sokoshard::engine::kpg::{unpack, DeadPlayers, KStats, KTable, Packed, MAX_K};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::parse_one;
+use sokoshard::solve::build_tables;
 use sokoshard::storage::kdb;
 use sokoshard::sys::human_bytes;
 use std::io::IsTerminal;
@@ -63,43 +63,6 @@ pub fn run(cmd: DeadlocksCommand) -> Result<ExitCode> {
     match cmd {
         DeadlocksCommand::Build(a) => build(*a),
         DeadlocksCommand::Show(a) => show(a),
-    }
-}
-
-/// Per-k progress: a spinner on a terminal, with the layer line underneath.
-pub struct KProgress {
-    layers: LayerProgress,
-    bar: Option<ProgressBar>,
-}
-
-impl KProgress {
-    pub fn new(label: String) -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let b = ProgressBar::new_spinner();
-            b.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
-            b
-        });
-        KProgress { layers: LayerProgress::new(label), bar }
-    }
-    pub fn finish(&self) {
-        self.layers.finish();
-        if let Some(b) = &self.bar {
-            b.finish_and_clear();
-        }
-    }
-}
-
-impl Progress for KProgress {
-    fn layer_done(&self, e: &LayerEvent) {
-        self.layers.layer_done(e)
-    }
-}
-
-impl KpgProgress for KProgress {
-    fn k_started(&self, k: usize) {
-        if let Some(b) = &self.bar {
-            b.set_message(format!("building the {k}-packet game"));
-        }
     }
 }
 

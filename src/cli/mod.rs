@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod deadlocks;
 pub mod health;
 pub mod levels;
+pub mod output;
 pub mod progress;
 pub mod solve;
 

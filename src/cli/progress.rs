@@ -2,6 +2,7 @@
 //! otherwise (structured logs stay available through `SOKOSHARD_LOG`).
 
 use indicatif::{ProgressBar, ProgressStyle};
+use sokoshard::engine::kpg::KpgProgress;
 use sokoshard::engine::search::{LayerEvent, Progress};
 use sokoshard::sys::{human_bytes, rss_bytes};
 use std::io::IsTerminal;
@@ -48,6 +49,43 @@ impl Progress for LayerProgress {
                 human_bytes(rss_bytes()),
                 human_bytes(e.memory_bytes)
             ));
+        }
+    }
+}
+
+/// Per-k progress: a spinner on a terminal, with the layer line underneath.
+pub struct KProgress {
+    layers: LayerProgress,
+    bar: Option<ProgressBar>,
+}
+
+impl KProgress {
+    pub fn new(label: String) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = ProgressBar::new_spinner();
+            b.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
+            b
+        });
+        KProgress { layers: LayerProgress::new(label), bar }
+    }
+    pub fn finish(&self) {
+        self.layers.finish();
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for KProgress {
+    fn layer_done(&self, e: &LayerEvent) {
+        self.layers.layer_done(e)
+    }
+}
+
+impl KpgProgress for KProgress {
+    fn k_started(&self, k: usize) {
+        if let Some(b) = &self.bar {
+            b.set_message(format!("building the {k}-packet game"));
         }
     }
 }

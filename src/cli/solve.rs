@@ -1,28 +1,30 @@
 //! `solve`: solve levels in this process and print text, JSON or SOK output.
 
-use super::deadlocks::KProgress;
-use super::progress::LayerProgress;
+use super::output::{print_level, print_summary_of};
+use super::progress::{KProgress, LayerProgress};
 use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
-use sokoshard::engine::kpg::{build_tables, MAX_K};
+use sokoshard::engine::driver::Observers;
+use sokoshard::engine::kpg::MAX_K;
 use sokoshard::model::board::Board;
 use sokoshard::model::level::{Level, LevelText};
 use sokoshard::model::rules::Pruning;
-use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
+use sokoshard::solve::{solve_local_observed, SolveOptions, SolveReport, Status, TableSource};
 use sokoshard::storage::budget::parse_size;
 use sokoshard::storage::disk::SpillPolicy;
 use sokoshard::storage::kdb;
 use sokoshard::storage::spill::check_spill_base;
-use sokoshard::sys::{human_bytes, peak_rss_bytes};
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Raised by Ctrl-C: the current level stops and no further level starts.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The running level's stop flag, which Ctrl-C raises too.
+static CURRENT: Mutex<Option<Arc<AtomicBool>>> = Mutex::new(None);
 
 #[derive(clap::Args)]
 #[command(group = clap::ArgGroup::new("spill").args(["mem", "spill_dir"]).multiple(true))]
@@ -125,7 +127,12 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     anyhow::ensure!(threads >= 1, "--threads must be at least 1");
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("starting worker threads")?;
-    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
+    let _ = ctrlc::set_handler(|| {
+        INTERRUPTED.store(true, Ordering::SeqCst);
+        if let Some(c) = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            c.store(true, Ordering::SeqCst);
+        }
+    });
     let opts = SolveOptions {
         partitions: args.partitions.unwrap_or_else(|| sokoshard::solve::default_partitions(threads)),
         // dead squares are the 1-PG's verdict on lone boxes (Heiner's "dead
@@ -136,7 +143,8 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
             pi_corrals: !args.no_pi_corrals,
         },
         max_states: args.max_states,
-        patterns: None,
+        tables: TableSource::None,
+        deadline: None,
         memory_budget: args.mem,
         spill_dir: args.spill_dir.clone(),
         keep_spill: args.keep_spill,
@@ -201,58 +209,31 @@ fn solve_one(
     };
     outcome.level = Some(level);
     let mut opts = opts.clone();
-    if let Some(path) = tables.file {
-        match kdb::load_for(path, board.clone()) {
-            Ok(t) => opts.patterns = Some(Arc::new(t)),
+    opts.deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+    opts.tables = match (tables.file, tables.kpg) {
+        (Some(path), _) => match kdb::load_for(path, board.clone()) {
+            Ok(t) => TableSource::Given(Arc::new(t)),
             Err(e) => {
                 outcome.error = Some(e.to_string());
                 return outcome;
             }
-        }
-    }
-    let cancel = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicBool::new(false));
-    let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
-    // a watchdog turns the deadline and Ctrl-C into the engine's cancel flag
-    let watchdog = {
-        let (cancel, done) = (cancel.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::SeqCst) {
-                if INTERRUPTED.load(Ordering::SeqCst) || deadline.is_some_and(|d| Instant::now() >= d) {
-                    cancel.store(true, Ordering::SeqCst);
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
+        },
+        (None, Some(k)) => TableSource::Build(k),
+        (None, None) => TableSource::None,
     };
+    // Ctrl-C raises this level's flag (and stops the levels after it)
+    let cancel = Arc::new(AtomicBool::new(INTERRUPTED.load(Ordering::SeqCst)));
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel.clone());
     let label = format!("level {} ({})", text.index, text.title);
-    let started = Instant::now();
-    let mut kpg_seconds = 0.0;
-    if let Some(k) = tables.kpg.filter(|&k| k > 0) {
-        let progress = KProgress::new(label.clone());
-        let built = pool.install(|| build_tables(board.clone(), k, 16, &cancel, &progress));
-        progress.finish();
-        match built {
-            Ok((t, _)) => opts.patterns = Some(Arc::new(t)),
-            Err(e) => {
-                outcome.error = Some(e.to_string());
-                done.store(true, Ordering::SeqCst);
-                return outcome;
-            }
-        }
-        kpg_seconds = started.elapsed().as_secs_f64();
-    }
+    let table_progress = KProgress::new(label.clone());
     let progress = LayerProgress::new(label);
-    let result = pool.install(|| solve_local(board, &opts, &cancel, &progress));
+    let observers = Observers { tables: &table_progress, search: &progress };
+    let result = pool.install(|| solve_local_observed(board, &opts, &cancel, &observers));
+    table_progress.finish();
     progress.finish();
-    done.store(true, Ordering::SeqCst);
-    let _ = watchdog.join();
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
     match result {
         Ok(mut r) => {
-            // table building counts toward the level's time
-            r.seconds = started.elapsed().as_secs_f64();
-            r.kpg_seconds = kpg_seconds;
             if r.status == Status::Timeout && INTERRUPTED.load(Ordering::SeqCst) {
                 r.reason = Some("interrupted".into());
             }
@@ -263,109 +244,13 @@ fn solve_one(
     outcome
 }
 
-fn print_outcome(o: &Outcome, json: bool) {
-    print_level(o.text.index, &o.text.title, o.report.as_ref(), o.error.as_deref(), json);
-}
-
-/// Prints one level's result the way `solve` does (text or one JSON line); also
-/// used by `submit` for results that come back from a cluster.
-pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, error: Option<&str>, json: bool) {
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    if json {
-        let v = match (report, error) {
-            (Some(r), _) => {
-                let mut v = serde_json::json!({
-                    "level": index, "title": title, "status": r.status,
-                    "pushes": r.pushes, "moves": r.moves, "solution": r.solution,
-                    "states": r.states, "generated": r.generated, "seconds": r.seconds, "kpg_seconds": r.kpg_seconds,
-                    "forward_layers": r.forward_layers, "backward_layers": r.backward_layers,
-                    "peak_memory_bytes": r.peak_memory_bytes, "store_bytes": r.store_bytes, "disk_bytes": r.disk_bytes, "peak_rss_bytes": peak_rss_bytes(),
-                    "cpu_seconds": sokoshard::sys::cpu_seconds(), "key": r.key_width, "reason": r.reason,
-                });
-                // a budgeted solve adds its storage figures
-                if let (Some(st), Some(obj)) = (&r.storage, v.as_object_mut()) {
-                    if let Ok(serde_json::Value::Object(extra)) = serde_json::to_value(st) {
-                        obj.extend(extra);
-                    }
-                }
-                v
-            }
-            (None, err) => serde_json::json!({
-                "level": index, "title": title, "status": "error",
-                "pushes": null, "moves": null, "solution": null, "states": 0, "seconds": 0.0,
-                "reason": err,
-            }),
-        };
-        let _ = writeln!(out, "{v}");
-        return;
-    }
-    match (report, error) {
-        (Some(r), _) => {
-            let head = format!("level {index} ({title})");
-            match r.status {
-                Status::Solved => {
-                    let _ = writeln!(
-                        out,
-                        "{head}: solved in {} pushes, {} moves",
-                        r.pushes.unwrap_or(0),
-                        r.moves.unwrap_or(0)
-                    );
-                    let _ = writeln!(out, "  solution: {}", r.solution.as_deref().unwrap_or(""));
-                }
-                other => {
-                    let why = r.reason.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
-                    let _ = writeln!(out, "{head}: {}{why}", other.name());
-                }
-            }
-            let _ = writeln!(out, "  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds);
-            if let Some(st) = &r.storage {
-                let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
-                let _ = writeln!(
-                    out,
-                    "  disk: {} for {} states on disk ({per:.2} B/state), peak {}; budget {}, peak RSS {}",
-                    human_bytes(r.disk_bytes),
-                    st.disk_states,
-                    human_bytes(st.peak_disk_bytes),
-                    human_bytes(st.memory_budget_bytes),
-                    human_bytes(peak_rss_bytes())
-                );
-                if let Some(dir) = &st.spill_dir {
-                    let _ = writeln!(out, "  spill files kept in {}", dir.display());
-                }
-            }
-        }
-        (None, Some(e)) => {
-            let _ = writeln!(out, "level {index} ({title}): error: {e}");
-            eprintln!("error: {e}");
-        }
-        (None, None) => {}
-    }
-}
-
 fn print_summary(outcomes: &[Outcome], total: Duration) {
     let statuses: Vec<Option<Status>> = outcomes.iter().map(|o| o.report.as_ref().map(|r| r.status)).collect();
     print_summary_of(&statuses, total);
 }
 
-/// The summary table after several levels: `None` counts as an error.
-pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) {
-    let count = |s: Status| statuses.iter().filter(|o| **o == Some(s)).count();
-    let errors = statuses.iter().filter(|o| o.is_none()).count();
-    println!();
-    println!(
-        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "solved", "unsolvable", "timeout", "limit", "error", "total time"
-    );
-    println!(
-        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>11.1}s",
-        count(Status::Solved),
-        count(Status::Unsolvable),
-        count(Status::Timeout),
-        count(Status::Limit),
-        errors,
-        total.as_secs_f64()
-    );
+fn print_outcome(o: &Outcome, json: bool) {
+    print_level(o.text.index, &o.text.title, o.report.as_ref(), o.error.as_deref(), json);
 }
 
 /// Writes levels with a `Solution` section each, the form Sokoban programs load.

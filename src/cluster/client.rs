@@ -6,8 +6,8 @@ use super::net::{CoordinatorRpc, NetConfig};
 use super::proto::*;
 use super::{ClusterError, PROTOCOL_VERSION};
 use crate::engine::kpg::KStats;
+use crate::engine::report::{SolveReport, Status};
 use crate::model::key::KeyWidth;
-use crate::solve::{SolveReport, Status};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 

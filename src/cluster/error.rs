@@ -1,6 +1,6 @@
 //! The cluster's error kinds and their one mapping to gRPC status codes.
 
-use crate::engine::EngineError;
+use crate::engine::{EngineError, SeamError};
 use crate::storage::StorageError;
 use tonic::{Code, Status};
 
@@ -35,8 +35,9 @@ pub enum ClusterError {
     Rpc { what: String, addr: String, status: Status },
     #[error("cancelled")]
     Cancelled,
+    /// The engine failed on its own (a seam's error comes back as itself).
     #[error(transparent)]
-    Engine(#[from] EngineError),
+    Engine(EngineError),
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error("{0}")]
@@ -72,7 +73,8 @@ impl ClusterError {
             ClusterError::Storage(e) if e.is_disk_full() => Code::ResourceExhausted,
             ClusterError::Storage(StorageError::Io { .. }) | ClusterError::Io { .. } => Code::Internal,
             ClusterError::Storage(_) => Code::DataLoss,
-            ClusterError::Engine(EngineError::Storage(_)) | ClusterError::Engine(_) => Code::Internal,
+            ClusterError::Engine(EngineError::Cancelled) => Code::Cancelled,
+            ClusterError::Engine(_) => Code::Internal,
             ClusterError::Internal(_) => Code::Internal,
         }
     }
@@ -84,6 +86,30 @@ impl ClusterError {
             self.code(),
             Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded | Code::Aborted | Code::Unknown
         )
+    }
+}
+
+/// An error that crossed one of the engine's seams: the cluster's own or the
+/// storage room's, unboxed; anything else is internal.
+impl From<SeamError> for ClusterError {
+    fn from(e: SeamError) -> Self {
+        match e.downcast::<ClusterError>() {
+            Ok(c) => c,
+            Err(e) => match e.downcast::<StorageError>() {
+                Ok(s) => ClusterError::Storage(s),
+                Err(e) => ClusterError::Internal(e.to_string()),
+            },
+        }
+    }
+}
+
+impl From<EngineError> for ClusterError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Seam(s) => ClusterError::from(s),
+            EngineError::Cancelled => ClusterError::Cancelled,
+            other => ClusterError::Engine(other),
+        }
     }
 }
 

@@ -24,14 +24,11 @@
 //! square bitset, and `p` lies in that union exactly when `norm_S(p)` is one of
 //! the dead normalized squares (regions are disjoint). One bit test, no flood.
 
-use super::partition::{LocalExchange, PartitionStore, Partitioner};
-use super::search::{exhaust, Limits, LocalBackend, Progress, SearchEnd};
+use super::search::Progress;
 use super::{EngineError, PatternCheck, Problem, Side};
 use crate::model::board::Board;
 use crate::model::rules::{goal_states, normalize_player, Pruning, Scratch};
-use crate::storage::mem::MemStore;
 use rustc_hash::FxHashMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -123,6 +120,17 @@ impl PatternSet {
     /// Adds a pattern (sorted squares, all inside the floor).
     pub fn insert(&mut self, boxes: &[u16], dead: DeadPlayers) {
         self.map.insert(pack(boxes), dead);
+    }
+
+    /// What the check reads for one pattern: `None` when it is dead for any
+    /// player, else whether `player`'s square is in its dead regions. For tests
+    /// that compare the bitsets with flooding.
+    #[doc(hidden)]
+    pub fn dead_bit(&self, key: Packed, player: u16) -> Option<bool> {
+        match self.lookup[&key] {
+            ANY_PLAYER => None,
+            at => Some(has_bit(&self.dead_squares[at as usize..], player)),
+        }
     }
 
     /// Number of (box set, player) patterns, counting "any player" as one.
@@ -220,8 +228,8 @@ impl DeadlockTables {
 
     /// The check by brute force, for tests: any pattern of any k that holds the
     /// moved box, lies inside `boxes` and is dead for `player`.
-    #[cfg(test)]
-    fn is_deadlock_by_scan(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool {
+    #[doc(hidden)]
+    pub fn is_deadlock_by_scan(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool {
         self.tables.iter().any(|t| {
             let set = match side {
                 Side::Forward => &t.forward,
@@ -469,30 +477,10 @@ impl KpgProgress for super::search::NoProgress {}
 pub type Explorer<'a> =
     dyn FnMut(&Problem<u64>, &DeadlockTables, Side, &[u64]) -> Result<Option<Vec<u64>>, EngineError> + 'a;
 
-/// Builds tables for k = 1..=`max_k` on `board`, each k pruned by the tables
-/// before it. Stops early (returning what is complete) if `cancel` is raised.
-pub fn build_tables(
-    board: Arc<Board>,
-    max_k: usize,
-    partitions: usize,
-    cancel: &AtomicBool,
-    progress: &dyn KpgProgress,
-) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
-    // in this process the two sides of a k-game run at once: each is a run of
-    // small layers that alone keeps the threads about two thirds busy
-    let mut local = |problem: &Problem<u64>, _: &DeadlockTables, fwd: &[u64], bwd: &[u64]| {
-        let (f, b) = rayon::join(
-            || explore(problem, Side::Forward, fwd, partitions, cancel, progress),
-            || explore(problem, Side::Backward, bwd, partitions, cancel, progress),
-        );
-        Ok((f?, b?))
-    };
-    build_tables_by(board, max_k, progress, &mut local)
-}
-
 /// Explores both sides of a k-game, from the forward and from the backward seeds;
-/// returns what each found (`None` when cancelled).
-type PairExplorer<'a> = dyn FnMut(&Problem<u64>, &DeadlockTables, &[u64], &[u64]) -> Result<(Option<Vec<u64>>, Option<Vec<u64>>), EngineError>
+/// returns what each found (`None` when cancelled). Whoever holds the layers
+/// (local mode, the cluster) supplies it.
+pub type PairExplorer<'a> = dyn FnMut(&Problem<u64>, &DeadlockTables, &[u64], &[u64]) -> Result<(Option<Vec<u64>>, Option<Vec<u64>>), EngineError>
     + 'a;
 
 /// [`build_tables`] with the exploration of each k-game left to `explore`.
@@ -507,11 +495,13 @@ pub fn build_tables_with(
         let backward = explore(problem, tables, Side::Backward, bwd)?;
         Ok((forward, backward))
     };
-    build_tables_by(board, max_k, progress, &mut one_side_then_the_other)
+    build_tables_paired(board, max_k, progress, &mut one_side_then_the_other)
 }
 
-/// The table build itself, whichever way the k-games are explored.
-fn build_tables_by(
+/// Builds tables for k = 1..=`max_k` on `board`, each k pruned by the tables
+/// before it, with both sides of each k-game explored by `explore`. Stops early
+/// (returning what is complete) when the explorer reports a cancel.
+pub fn build_tables_paired(
     board: Arc<Board>,
     max_k: usize,
     progress: &dyn KpgProgress,
@@ -588,37 +578,6 @@ pub fn k_seeds(problem: &Problem<u64>, k: usize) -> (Vec<u64>, Vec<u64>) {
     (fwd, bwd)
 }
 
-/// Explores one side of the k-game to exhaustion; returns every key found, sorted.
-fn explore(
-    problem: &Problem<u64>,
-    side: Side,
-    seeds: &[u64],
-    partitions: usize,
-    cancel: &AtomicBool,
-    progress: &dyn Progress,
-) -> Result<Option<Vec<u64>>, EngineError> {
-    let partitioner = Partitioner::for_space(partitions, &problem.space);
-    let store = MemStore::<u64>::new(partitions);
-    let exchange = LocalExchange::<u64>::new(partitions);
-    let mut backend = LocalBackend { problem, partitioner, store: &store, exchange: &exchange, cancel };
-    let limits = Limits { cancel, max_states: None };
-    let (end, _) = exhaust(&mut backend, side, seeds, &limits, progress)?;
-    if matches!(end, SearchEnd::Cancelled) {
-        return Ok(None);
-    }
-    let mut all = Vec::new();
-    for layer in 0..store.layers(side) {
-        for p in 0..partitions {
-            store.for_each_chunk(side, layer, p, &mut |c| {
-                all.extend_from_slice(c);
-                Ok(())
-            })?;
-        }
-    }
-    all.sort_unstable();
-    Ok(Some(all))
-}
-
 /// Patterns: states of `found` missing from `other`, grouped by box set. A box
 /// set none of whose states is in both is dead for any player.
 fn patterns_of(problem: &Problem<u64>, found: &[u64], other: &[u64]) -> PatternSet {
@@ -675,105 +634,6 @@ mod tests {
         });
         assert_eq!(n, 1);
         for_each_combination(2, 3, |_| panic!("k > n has no combinations"));
-    }
-
-    /// The bitset lookup must answer exactly what flooding the k-box board and
-    /// looking the normalized player up in the pattern's list answers.
-    #[test]
-    fn player_bitsets_agree_with_flooding() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
-        let text = std::fs::read_to_string(path).unwrap();
-        let mut checked = 0;
-        for (i, lt) in crate::model::level::split_collection(&text, path).iter().take(12).enumerate() {
-            let level = lt.parse().unwrap();
-            let board = Arc::new(Board::new(&level).unwrap());
-            let (tables, _) =
-                build_tables(board.clone(), 2, 4, &AtomicBool::new(false), &super::super::search::NoProgress).unwrap();
-            let mut sc = Scratch::new(&board);
-            for t in &tables.tables {
-                for set in [&t.forward, &t.backward] {
-                    for (&key, dead) in &set.map {
-                        let DeadPlayers::Squares(list) = dead else {
-                            continue;
-                        };
-                        let boxes = unpack(key, t.k);
-                        let at = set.lookup[&key] as usize;
-                        for p in 0..board.floor_count() as u16 {
-                            if boxes.contains(&p) {
-                                continue;
-                            }
-                            let flooded = list.binary_search(&normalize_player(&board, &mut sc, &boxes, p)).is_ok();
-                            let bit = has_bit(&set.dead_squares[at..], p);
-                            assert_eq!(bit, flooded, "level {}, boxes {boxes:?}, player {p}", i + 1);
-                            checked += 1;
-                        }
-                    }
-                }
-            }
-        }
-        assert!(checked > 1000, "too few player-dependent patterns to test ({checked} checks)");
-    }
-
-    /// The trie walk must answer exactly what scanning every pattern answers:
-    /// on real tables (k up to 4, player-dependent patterns included), for box
-    /// sets built around patterns (so that hits are common) and random ones.
-    #[test]
-    fn trie_check_agrees_with_a_scan_of_every_pattern() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
-        let text = std::fs::read_to_string(path).unwrap();
-        let levels = crate::model::level::split_collection(&text, path);
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: usize| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng % n as u64) as usize
-        };
-        let (mut checks, mut hits) = (0, 0);
-        for (index, k) in [(1usize, 4usize), (2, 4), (3, 3), (6, 3), (10, 3), (44, 3)] {
-            let level = levels[index - 1].parse().unwrap();
-            let board = Arc::new(Board::new(&level).unwrap());
-            let (tables, _) =
-                build_tables(board.clone(), k, 4, &AtomicBool::new(false), &super::super::search::NoProgress).unwrap();
-            let floor = board.floor_count();
-            let n_boxes = board.box_count();
-            let patterns: Vec<(usize, Packed)> = tables
-                .tables
-                .iter()
-                .flat_map(|t| {
-                    [&t.forward, &t.backward].into_iter().flat_map(move |s| s.map.keys().map(move |&key| (t.k, key)))
-                })
-                .collect();
-            for round in 0..4000 {
-                // a pattern plus random boxes, or random boxes only
-                let mut boxes: Vec<u16> = match patterns.get(next(patterns.len().max(1))) {
-                    Some(&(k, key)) if round % 4 != 0 => unpack(key, k),
-                    _ => Vec::new(),
-                };
-                while boxes.len() < n_boxes.min(floor - 1) {
-                    let b = next(floor) as u16;
-                    if !boxes.contains(&b) {
-                        boxes.push(b);
-                    }
-                }
-                boxes.sort_unstable();
-                let moved = boxes[next(boxes.len())];
-                let player = loop {
-                    let p = next(floor) as u16;
-                    if !boxes.contains(&p) {
-                        break p;
-                    }
-                };
-                for side in [Side::Forward, Side::Backward] {
-                    let fast = tables.is_deadlock(side, &boxes, moved, player);
-                    let scan = tables.is_deadlock_by_scan(side, &boxes, moved, player);
-                    assert_eq!(fast, scan, "level {index}, {side:?}, boxes {boxes:?}, moved {moved}, player {player}");
-                    checks += 1;
-                    hits += fast as usize;
-                }
-            }
-        }
-        assert!(hits > checks / 20, "too few hits to test the walk ({hits} of {checks})");
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! detection, path rebuild and the k-packet-game deadlock tables. CPU work runs on
 //! rayon; nothing here knows about tokio, tonic or the terminal.
 
+pub mod driver;
 pub mod kpg;
 pub mod layer;
 pub mod partition;
 pub mod path;
+pub mod report;
 pub mod search;
 
 use crate::model::board::Board;
@@ -13,7 +15,6 @@ use crate::model::key::{KeySpace, StateKey};
 use crate::model::rules::{
     for_each_pull, for_each_pull_kept, for_each_push, for_each_push_kept, BoxMove, Pruning, Scratch,
 };
-use crate::storage::StorageError;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -56,13 +57,58 @@ impl Side {
     }
 }
 
+/// An error raised behind one of the engine's seams (a store, an exchange, a
+/// layer backend), boxed so that the engine names no room that implements them.
+/// Whoever implements a seam converts its own error into this one, and whoever
+/// called the engine can get it back with [`SeamError::downcast`].
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct SeamError(pub Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl SeamError {
+    /// Wraps an implementer's error.
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        SeamError(Box::new(e))
+    }
+
+    /// The implementer's error, if it is an `E`.
+    pub fn downcast<E: std::error::Error + 'static>(self) -> Result<E, SeamError> {
+        self.0.downcast::<E>().map(|b| *b).map_err(SeamError)
+    }
+
+    /// A reference to the implementer's error, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref::<E>()
+    }
+}
+
 /// Engine failures.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// A store, exchange or layer backend failed; the source is its own error.
     #[error(transparent)]
-    Storage(#[from] StorageError),
+    Seam(#[from] SeamError),
+    /// Stopped by the cancel flag (a deadline, Ctrl-C, a cluster cancel) where a
+    /// step could not simply report `None`.
+    #[error("cancelled")]
+    Cancelled,
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl EngineError {
+    /// A seam implementer's error.
+    pub fn seam(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        EngineError::Seam(SeamError::new(e))
+    }
+
+    /// The seam implementer's error behind this one, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            EngineError::Seam(s) => s.downcast_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// A pattern-based deadlock check (the k-PG tables), consulted after every move.

@@ -3,9 +3,9 @@
 //! ([`Exchange`]). Local mode, the disk store and the cluster differ only in the
 //! implementations plugged in here.
 
+use super::SeamError;
 use super::Side;
 use crate::model::key::StateKey;
-use crate::storage::StorageError;
 use std::sync::Mutex;
 
 /// Maps keys to one of `2^bits` partitions by the top bits of the xxh3 hash of the
@@ -74,32 +74,32 @@ pub trait PartitionStore<K: StateKey>: Send + Sync {
         side: Side,
         layer: usize,
         partition: usize,
-        f: &mut dyn FnMut(&[K]) -> Result<(), StorageError>,
-    ) -> Result<(), StorageError>;
+        f: &mut dyn FnMut(&[K]) -> Result<(), SeamError>,
+    ) -> Result<(), SeamError>;
     /// Removes from `candidates` (sorted, unique, all of `partition`) every key
     /// already stored in any layer of `side`.
-    fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), StorageError>;
+    fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), SeamError>;
     /// For sorted, unique `keys` of `partition`: the first key found in any layer of
     /// `side`, with that layer.
-    fn find_any(&self, side: Side, partition: usize, keys: &[K]) -> Result<Option<(K, usize)>, StorageError>;
+    fn find_any(&self, side: Side, partition: usize, keys: &[K]) -> Result<Option<(K, usize)>, SeamError>;
     /// Is `key` in this layer?
-    fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, StorageError>;
+    fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, SeamError>;
     /// Appends the next layer of `side` for `partition` (sorted, unique). Every
     /// partition's next layer must be pushed before the layer counts as complete;
     /// [`PartitionStore::seal_layer`] marks that. Replaces anything pushed for it
     /// before in this layer.
-    fn push_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), StorageError>;
+    fn push_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), SeamError>;
     /// Extends the next layer of `partition` started by
     /// [`PartitionStore::push_layer`] with `keys` (sorted, unique, all above the
     /// keys already in it), so a merge can stream a layer in chunks.
-    fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), StorageError>;
+    fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), SeamError>;
     /// Says that `partition`'s next layer is complete (no more appends), so the
     /// store can finish what it writes for it before the whole layer is sealed.
-    fn end_layer(&self, _side: Side, _partition: usize) -> Result<(), StorageError> {
+    fn end_layer(&self, _side: Side, _partition: usize) -> Result<(), SeamError> {
         Ok(())
     }
     /// Declares the layer whose partitions were just pushed complete.
-    fn seal_layer(&self, side: Side) -> Result<(), StorageError>;
+    fn seal_layer(&self, side: Side) -> Result<(), SeamError>;
     /// Drops the partial layer being built (after a cancelled phase).
     fn abort_layer(&self, side: Side);
     /// Bytes the store holds in memory and on disk.
@@ -118,10 +118,10 @@ pub struct StoreBytes {
 pub trait Exchange<K: StateKey>: Send + Sync {
     /// Delivers a batch of keys that all belong to `partition`. Called from many
     /// threads during expansion.
-    fn send(&self, partition: usize, batch: Vec<K>) -> Result<(), StorageError>;
+    fn send(&self, partition: usize, batch: Vec<K>) -> Result<(), SeamError>;
     /// After every sender is done: all keys delivered to `partition` (unsorted,
     /// possibly with duplicates), leaving it empty.
-    fn take(&self, partition: usize) -> Result<Vec<K>, StorageError>;
+    fn take(&self, partition: usize) -> Result<Vec<K>, SeamError>;
     /// Like [`Exchange::take`], but sorted and unique and handed to `f` in
     /// increasing chunks of about `chunk_keys`, so that a merge need not hold a
     /// partition's candidates at once. The default holds them (one chunk).
@@ -129,8 +129,8 @@ pub trait Exchange<K: StateKey>: Send + Sync {
         &self,
         partition: usize,
         _chunk_keys: usize,
-        f: &mut dyn FnMut(Vec<K>) -> Result<(), StorageError>,
-    ) -> Result<(), StorageError> {
+        f: &mut dyn FnMut(Vec<K>) -> Result<(), SeamError>,
+    ) -> Result<(), SeamError> {
         let mut keys = self.take(partition)?;
         keys.sort_unstable();
         keys.dedup();
@@ -190,7 +190,7 @@ impl<K: StateKey> LocalExchange<K> {
 }
 
 impl<K: StateKey> Exchange<K> for LocalExchange<K> {
-    fn send(&self, partition: usize, mut batch: Vec<K>) -> Result<(), StorageError> {
+    fn send(&self, partition: usize, mut batch: Vec<K>) -> Result<(), SeamError> {
         let mut buf = self.lock(partition);
         if buf.keys.is_empty() {
             std::mem::swap(&mut buf.keys, &mut batch);
@@ -208,7 +208,7 @@ impl<K: StateKey> Exchange<K> for LocalExchange<K> {
         }
         Ok(())
     }
-    fn take(&self, partition: usize) -> Result<Vec<K>, StorageError> {
+    fn take(&self, partition: usize) -> Result<Vec<K>, SeamError> {
         Ok(std::mem::take(&mut *self.lock(partition)).keys)
     }
     fn clear(&self) {

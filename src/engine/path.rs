@@ -2,40 +2,17 @@
 //! predecessors (forward side) or successors (backward side) and keep the one found
 //! in the previous layer, down to layer 0 on both sides.
 
-use super::partition::{PartitionStore, Partitioner};
+use super::search::LayerBackend;
 use super::{EngineError, Problem, Side};
 use crate::model::board::opposite;
 use crate::model::key::StateKey;
 use crate::model::rules::{BoxMove, Scratch};
 
-/// Answers "is this key in that layer of that side?", wherever the layer lives.
-pub trait LayerLookup<K: StateKey> {
-    /// Index of the first of `keys` found in `layer` of `side`, if any.
-    fn first_in_layer(&self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError>;
-}
-
-/// Lookup against a store holding every partition (local mode).
-pub struct StoreLookup<'a, K: StateKey> {
-    pub store: &'a dyn PartitionStore<K>,
-    pub partitioner: Partitioner,
-}
-
-impl<K: StateKey> LayerLookup<K> for StoreLookup<'_, K> {
-    fn first_in_layer(&self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError> {
-        for (i, k) in keys.iter().enumerate() {
-            if self.store.contains(side, layer, self.partitioner.of(k), k)? {
-                return Ok(Some(i));
-            }
-        }
-        Ok(None)
-    }
-}
-
 /// The pushes from the start to the goal through `meet`, which lies in forward
 /// layer `forward` and backward layer `backward`.
 pub fn rebuild<K: StateKey>(
     problem: &Problem<K>,
-    lookup: &dyn LayerLookup<K>,
+    lookup: &mut dyn LayerBackend<K>,
     meet: K,
     forward: usize,
     backward: usize,

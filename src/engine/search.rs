@@ -123,6 +123,15 @@ pub trait LayerBackend<K: StateKey> {
     /// `check_other`, new states are checked against every layer of the other side.
     /// `Ok(None)` when cancelled; the partial layer is dropped.
     fn step(&mut self, side: Side, check_other: bool) -> Result<Option<StepOutcome<K>>, EngineError>;
+    /// Index of the first of `keys` found in `layer` of `side`, if any (the
+    /// path rebuild's question, answered wherever the layer lives).
+    fn first_in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError>;
+    /// A meeting already found before this backend was (re)opened, as a
+    /// resumed cluster job knows from its log: the search is skipped and only
+    /// the path is rebuilt.
+    fn resumed_meeting(&self) -> Option<SearchEnd<K>> {
+        None
+    }
 }
 
 /// Layers in one [`PartitionStore`] holding every partition, successors through one
@@ -195,6 +204,15 @@ impl<K: StateKey> LayerBackend<K> for LocalBackend<'_, K> {
             disk_bytes: bytes.disk,
             peak_memory_bytes: peak.max(bytes.memory),
         }))
+    }
+
+    fn first_in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError> {
+        for (i, k) in keys.iter().enumerate() {
+            if self.store.contains(side, layer, self.partitioner.of(k), k)? {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 }
 

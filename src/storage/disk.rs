@@ -47,7 +47,7 @@
 //! ```
 
 use crate::engine::partition::{first_common, subtract_sorted, PartitionStore, StoreBytes};
-use crate::engine::Side;
+use crate::engine::{SeamError, Side};
 use crate::model::key::StateKey;
 use crate::storage::shard::{sync_parent_dir, ShardMeta, ShardReader, ShardWriter};
 use crate::storage::StorageError;
@@ -728,20 +728,21 @@ impl<K: StateKey> DiskStore<K> {
     }
 
     /// Runs `f` on a disk run's reader, opening (and maybe caching) it.
-    fn with_reader<R>(
+    fn with_reader<R, E: From<StorageError>>(
         &self,
         run: &mut Run<K>,
         mem: &mut u64,
         side: Side,
         p: usize,
-        f: impl FnOnce(&Reader<K>) -> Result<R, StorageError>,
-    ) -> Result<R, StorageError> {
+        f: impl FnOnce(&Reader<K>) -> Result<R, E>,
+    ) -> Result<R, E> {
         let (first, len) = (run.first, run.len());
         let Some(shard) = run.shard.as_mut() else {
             return Err(StorageError::Misplaced {
                 path: shard_path(&self.dir, side, first, p),
                 reason: "the store lost track of this run's file".into(),
-            });
+            }
+            .into());
         };
         if let Some(r) = &shard.reader {
             return f(r);
@@ -970,8 +971,8 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         side: Side,
         layer: usize,
         partition: usize,
-        f: &mut dyn FnMut(&[K]) -> Result<(), StorageError>,
-    ) -> Result<(), StorageError> {
+        f: &mut dyn FnMut(&[K]) -> Result<(), SeamError>,
+    ) -> Result<(), SeamError> {
         let mut g = self.part(partition);
         let Part { runs, mem, .. } = &mut *g;
         let i = runs[side.index()].partition_point(|r| r.first <= layer);
@@ -1006,7 +1007,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         })
     }
 
-    fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), StorageError> {
+    fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), SeamError> {
         let mut g = self.part(partition);
         let Part { runs, mem, .. } = &mut *g;
         let mut hits = Vec::new();
@@ -1029,7 +1030,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         Ok(())
     }
 
-    fn find_any(&self, side: Side, partition: usize, keys: &[K]) -> Result<Option<(K, usize)>, StorageError> {
+    fn find_any(&self, side: Side, partition: usize, keys: &[K]) -> Result<Option<(K, usize)>, SeamError> {
         if keys.is_empty() {
             return Ok(None);
         }
@@ -1060,7 +1061,8 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
                     return Err(StorageError::Misplaced {
                         path: run.shard.as_ref().map_or_else(PathBuf::new, |s| s.file.path(&self.dir, side, partition)),
                         reason: format!("a key carries layer offset {off} in a run of {span} layers"),
-                    });
+                    }
+                    .into());
                 }
                 return Ok(keys.get(i).map(|k| (*k, first + off as usize)));
             }
@@ -1068,7 +1070,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         Ok(None)
     }
 
-    fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, StorageError> {
+    fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, SeamError> {
         let mut g = self.part(partition);
         let Part { runs, mem, .. } = &mut *g;
         let i = runs[side.index()].partition_point(|r| r.first <= layer);
@@ -1082,13 +1084,13 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         if let Some(keys) = &run.keys {
             return Ok(keys.binary_search(key).is_ok());
         }
-        self.with_reader(run, mem, side, partition, |r| match r {
+        Ok(self.with_reader(run, mem, side, partition, |r| match r {
             Reader::Plain(x) => x.contains(key),
             Reader::Tagged(x) => x.contains(&TagKey { key: *key, offset: off as u8 }),
-        })
+        })?)
     }
 
-    fn push_layer(&self, side: Side, partition: usize, mut keys: Vec<K>) -> Result<(), StorageError> {
+    fn push_layer(&self, side: Side, partition: usize, mut keys: Vec<K>) -> Result<(), SeamError> {
         keys.shrink_to_fit();
         let s = side.index();
         let layer = self.layers(side);
@@ -1117,7 +1119,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         Ok(())
     }
 
-    fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), StorageError> {
+    fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), SeamError> {
         let s = side.index();
         let mut g = self.part(partition);
         let part = &mut *g;
@@ -1150,7 +1152,8 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
                 return Err(StorageError::Misplaced {
                     path: FileName { first: layer, last: layer }.path(&self.dir, side, partition),
                     reason: "keys appended to a layer that was already ended".into(),
-                })
+                }
+                .into())
             }
             None => {}
         }
@@ -1164,7 +1167,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         Ok(())
     }
 
-    fn end_layer(&self, side: Side, partition: usize) -> Result<(), StorageError> {
+    fn end_layer(&self, side: Side, partition: usize) -> Result<(), SeamError> {
         let mut g = self.part(partition);
         let part = &mut *g;
         if let Some(ram) = part.pending[side.index()].as_mut().and_then(|r| r.keys.as_mut()) {
@@ -1172,10 +1175,10 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             ram.shrink_to_fit();
             part.mem = part.mem.saturating_sub(before - (ram.capacity() * std::mem::size_of::<K>()) as u64);
         }
-        self.end_pending(part, side.index())
+        Ok(self.end_pending(part, side.index())?)
     }
 
-    fn seal_layer(&self, side: Side) -> Result<(), StorageError> {
+    fn seal_layer(&self, side: Side) -> Result<(), SeamError> {
         let s = side.index();
         let layer = self.layers(side);
         for p in 0..self.parts.len() {
@@ -1206,10 +1209,10 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             // by their writers)
             sync_parent_dir(&self.dir.join(side_dir(side)).join("p0"))?;
             self.sealed[s].fetch_add(1, Ordering::AcqRel);
-            return self.write_manifest();
+            return Ok(self.write_manifest()?);
         }
         self.sealed[s].fetch_add(1, Ordering::AcqRel);
-        (0..self.parts.len()).into_par_iter().try_for_each(|p| self.compact(side, p))
+        Ok((0..self.parts.len()).into_par_iter().try_for_each(|p| self.compact(side, p))?)
     }
 
     fn abort_layer(&self, side: Side) {
@@ -1281,11 +1284,13 @@ mod tests {
 
     fn chunks(store: &dyn PartitionStore<u64>, side: Side, layer: usize, p: usize) -> Result<Vec<u64>, StorageError> {
         let mut v = Vec::new();
-        store.for_each_chunk(side, layer, p, &mut |c| {
-            assert!(c.windows(2).all(|w| w[0] < w[1]));
-            v.extend_from_slice(c);
-            Ok(())
-        })?;
+        store
+            .for_each_chunk(side, layer, p, &mut |c| {
+                assert!(c.windows(2).all(|w| w[0] < w[1]));
+                v.extend_from_slice(c);
+                Ok(())
+            })
+            .map_err(|e| StorageError::from_seam(e).unwrap())?;
         Ok(v)
     }
 
@@ -1509,7 +1514,7 @@ mod tests {
     fn retain_all(store: &DiskStore<u64>, side: Side) -> Result<(), StorageError> {
         for p in 0..4 {
             let mut c: Vec<u64> = (0..1_000_000).step_by(97).filter(|k| Partitioner::new(4).of(k) == p).collect();
-            store.retain_unseen(side, p, &mut c)?;
+            store.retain_unseen(side, p, &mut c).map_err(|e| StorageError::from_seam(e).unwrap())?;
         }
         Ok(())
     }
@@ -1652,7 +1657,7 @@ mod tests {
         b[70] ^= 0x22;
         fs::write(&merged, &b).unwrap();
         let mut c: Vec<u64> = probes.iter().copied().filter(|k| parts.of(k) == 1).collect();
-        let e = disk.retain_unseen(Side::Forward, 1, &mut c).unwrap_err();
+        let e = StorageError::from_seam(disk.retain_unseen(Side::Forward, 1, &mut c).unwrap_err()).unwrap();
         assert!(matches!(e, StorageError::CorruptBlock { ref path, .. } if *path == merged), "{e}");
     }
 
@@ -1672,6 +1677,7 @@ mod tests {
         // the writer reports the full disk when it writes, at the latest when the
         // partition's layer ends
         let e = store.push_layer(Side::Forward, 1, keys).and_then(|_| store.end_layer(Side::Forward, 1)).unwrap_err();
+        let e = StorageError::from_seam(e).unwrap();
         assert!(e.is_disk_full(), "{e}");
         assert_eq!(e.path(), tmp);
         assert!(e.to_string().starts_with(&format!("disk full while writing {}", tmp.display())), "{e}");

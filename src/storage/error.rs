@@ -136,3 +136,24 @@ mod tests {
         assert_eq!(e.to_string(), "error opening /x: gone");
     }
 }
+
+impl StorageError {
+    /// The storage error behind a seam error, for callers (and tests) that
+    /// called a store or exchange through the engine's traits.
+    pub fn from_seam(e: crate::engine::SeamError) -> Result<StorageError, crate::engine::SeamError> {
+        e.downcast::<StorageError>()
+    }
+}
+
+/// Storage errors cross the engine's seams boxed; the engine names no storage type.
+impl From<StorageError> for crate::engine::SeamError {
+    fn from(e: StorageError) -> Self {
+        crate::engine::SeamError::new(e)
+    }
+}
+
+impl From<StorageError> for crate::engine::EngineError {
+    fn from(e: StorageError) -> Self {
+        crate::engine::EngineError::seam(e)
+    }
+}

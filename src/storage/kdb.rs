@@ -252,12 +252,19 @@ pub fn load_for(path: &Path, board: Arc<Board>) -> Result<DeadlockTables, KdbErr
     Ok(DeadlockTables::new(board, file.tables))
 }
 
+/// A database error crosses the engine's seams boxed, like every storage error.
+impl From<KdbError> for crate::engine::EngineError {
+    fn from(e: KdbError) -> Self {
+        crate::engine::EngineError::seam(e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::kpg::build_tables;
     use crate::engine::search::NoProgress;
     use crate::model::level::parse_one;
+    use crate::solve::build_tables;
     use std::sync::atomic::AtomicBool;
 
     const LEVEL: &str = "#######\n#.  $ #\n# $@  #\n#.    #\n#######\n";

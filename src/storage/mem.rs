@@ -7,9 +7,8 @@
 //! with `u64` keys).
 
 use crate::engine::partition::{first_common, gallop, subtract_sorted, PartitionStore, StoreBytes};
-use crate::engine::Side;
+use crate::engine::{SeamError, Side};
 use crate::model::key::StateKey;
-use crate::storage::StorageError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -135,8 +134,8 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
         side: Side,
         layer: usize,
         partition: usize,
-        f: &mut dyn FnMut(&[K]) -> Result<(), StorageError>,
-    ) -> Result<(), StorageError> {
+        f: &mut dyn FnMut(&[K]) -> Result<(), SeamError>,
+    ) -> Result<(), SeamError> {
         let part = self.part(partition);
         let Some(run) = part.sides[side.index()].run_of(layer) else { return Ok(()) };
         if run.offset.is_empty() {
@@ -162,7 +161,7 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
         }
         Ok(())
     }
-    fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), StorageError> {
+    fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), SeamError> {
         let part = self.part(partition);
         // newest first: in BFS most duplicates are recent
         for run in part.sides[side.index()].runs.iter().rev() {
@@ -173,7 +172,7 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
         }
         Ok(())
     }
-    fn find_any(&self, side: Side, partition: usize, keys: &[K]) -> Result<Option<(K, usize)>, StorageError> {
+    fn find_any(&self, side: Side, partition: usize, keys: &[K]) -> Result<Option<(K, usize)>, SeamError> {
         let part = self.part(partition);
         // the lowest layer holding any of `keys`, as a scan layer by layer would
         // find; within a merged run every common key is looked at
@@ -204,17 +203,17 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
         }
         Ok(best)
     }
-    fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, StorageError> {
+    fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, SeamError> {
         let part = self.part(partition);
         let Some(run) = part.sides[side.index()].run_of(layer) else { return Ok(false) };
         Ok(run.keys.binary_search(key).is_ok_and(|i| run.layer_of(i) == layer))
     }
-    fn push_layer(&self, side: Side, partition: usize, mut keys: Vec<K>) -> Result<(), StorageError> {
+    fn push_layer(&self, side: Side, partition: usize, mut keys: Vec<K>) -> Result<(), SeamError> {
         keys.shrink_to_fit();
         self.part(partition).sides[side.index()].pending = Some(keys);
         Ok(())
     }
-    fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), StorageError> {
+    fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), SeamError> {
         let mut part = self.part(partition);
         match &mut part.sides[side.index()].pending {
             // a layer's first chunk moves in: copying it would hold the
@@ -228,13 +227,13 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
         }
         Ok(())
     }
-    fn end_layer(&self, side: Side, partition: usize) -> Result<(), StorageError> {
+    fn end_layer(&self, side: Side, partition: usize) -> Result<(), SeamError> {
         if let Some(layer) = &mut self.part(partition).sides[side.index()].pending {
             layer.shrink_to_fit();
         }
         Ok(())
     }
-    fn seal_layer(&self, side: Side) -> Result<(), StorageError> {
+    fn seal_layer(&self, side: Side) -> Result<(), SeamError> {
         let layer = self.sealed[side.index()].load(Ordering::Acquire);
         for p in 0..self.parts.len() {
             let mut part = self.part(p);

@@ -1026,7 +1026,7 @@ impl<K: StateKey> ShardReader<K> {
     /// Streams the keys block by block (one block in memory). Each block is
     /// hash-checked before `f` sees it; the whole-file checksum is checked after
     /// the last block, so an `Err` may arrive after `f` has seen every block.
-    pub fn for_each_block(&self, mut f: impl FnMut(&[K]) -> Result<(), StorageError>) -> Result<(), StorageError> {
+    pub fn for_each_block<E: From<StorageError>>(&self, mut f: impl FnMut(&[K]) -> Result<(), E>) -> Result<(), E> {
         let mut h = Xxh3::new();
         let mut s = Scratch::default();
         let mut keys = Vec::new();
@@ -1036,7 +1036,7 @@ impl<K: StateKey> ShardReader<K> {
         }
         h.update(&self.index_raw);
         h.update(&self.header_raw);
-        self.check_checksum(h.digest())
+        Ok(self.check_checksum(h.digest())?)
     }
 }
 
@@ -1097,7 +1097,7 @@ mod tests {
         r.for_each_block(|b| {
             assert!(!b.is_empty() && b.len() <= block_keys as usize);
             streamed.extend_from_slice(b);
-            Ok(())
+            Ok::<_, StorageError>(())
         })
         .unwrap();
         assert_eq!(streamed, keys);

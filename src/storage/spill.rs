@@ -20,6 +20,7 @@
 //! format, so they fall back to one run file per partition.
 
 use crate::engine::partition::Exchange;
+use crate::engine::SeamError;
 use crate::model::key::{KeySpace, StateKey};
 use crate::storage::disk::DiskUsage;
 use crate::storage::shard::{ShardMeta, ShardReader, ShardWriter};
@@ -365,8 +366,8 @@ impl<K: StateKey> SpillExchange<K> {
         chunk_keys: usize,
         batches: Vec<Vec<K>>,
         runs: &[(Arc<RunFile>, u64)],
-        f: &mut dyn FnMut(Vec<K>) -> Result<(), StorageError>,
-    ) -> Result<(), StorageError> {
+        f: &mut dyn FnMut(Vec<K>) -> Result<(), SeamError>,
+    ) -> Result<(), SeamError> {
         let ram = sorted_unique(batches);
         let sources = runs.iter().map(|(r, _)| RunSource::<K>::open(r, partition)).collect::<Result<Vec<_>, _>>()?;
         // slice bounds: where the keys lie, from the block indexes and the RAM keys
@@ -411,7 +412,8 @@ impl<K: StateKey> SpillExchange<K> {
                 return Err(StorageError::Misplaced {
                     path: run.path.clone(),
                     reason: format!("partition {partition} has {got} keys in it, {n} were written"),
-                });
+                }
+                .into());
             }
         }
         Ok(())
@@ -419,7 +421,7 @@ impl<K: StateKey> SpillExchange<K> {
 }
 
 impl<K: StateKey> Exchange<K> for SpillExchange<K> {
-    fn send(&self, partition: usize, batch: Vec<K>) -> Result<(), StorageError> {
+    fn send(&self, partition: usize, batch: Vec<K>) -> Result<(), SeamError> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -438,7 +440,7 @@ impl<K: StateKey> Exchange<K> for SpillExchange<K> {
         Ok(())
     }
 
-    fn take(&self, partition: usize) -> Result<Vec<K>, StorageError> {
+    fn take(&self, partition: usize) -> Result<Vec<K>, SeamError> {
         let mut out = Vec::new();
         self.take_sorted(partition, usize::MAX, &mut |chunk| {
             out.extend_from_slice(&chunk);
@@ -456,8 +458,8 @@ impl<K: StateKey> Exchange<K> for SpillExchange<K> {
         &self,
         partition: usize,
         chunk_keys: usize,
-        f: &mut dyn FnMut(Vec<K>) -> Result<(), StorageError>,
-    ) -> Result<(), StorageError> {
+        f: &mut dyn FnMut(Vec<K>) -> Result<(), SeamError>,
+    ) -> Result<(), SeamError> {
         let (batches, bytes, runs) = {
             let mut g = self.part(partition);
             self.sizes[partition].store(0, Ordering::Release);
@@ -715,7 +717,8 @@ mod tests {
         let mut b = fs::read(&run).unwrap();
         b[90] ^= 0x10;
         fs::write(&run, &b).unwrap();
-        let errs: Vec<StorageError> = (0..2).filter_map(|p| x.take(p).err()).collect();
+        let errs: Vec<StorageError> =
+            (0..2).filter_map(|p| x.take(p).err()).map(|e| StorageError::from_seam(e).unwrap()).collect();
         assert!(!errs.is_empty());
         for e in errs {
             assert!(matches!(e, StorageError::CorruptBlock { .. } | StorageError::CorruptIndex { .. }), "{e}");
@@ -726,7 +729,8 @@ mod tests {
         send_all(&x, 2, 4000, |i| i * 11);
         let run = fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
         fs::remove_file(&run).unwrap();
-        let errs: Vec<StorageError> = (0..2).filter_map(|p| x.take(p).err()).collect();
+        let errs: Vec<StorageError> =
+            (0..2).filter_map(|p| x.take(p).err()).map(|e| StorageError::from_seam(e).unwrap()).collect();
         assert!(!errs.is_empty());
         for e in errs {
             assert!(matches!(e, StorageError::Io { ref path, op: "opening", .. } if *path == run), "{e}");

@@ -3,14 +3,15 @@
 
 use crate::common::{board_of, goal_seeds, reach_states, reference_bfs, repo, small_level, start_state, truth, State};
 use proptest::prelude::*;
-use sokoshard::engine::kpg::{build_tables, DeadlockTables};
+use sokoshard::engine::kpg::{unpack, DeadPlayers, DeadlockTables};
 use sokoshard::engine::search::NoProgress;
 use sokoshard::engine::{PatternCheck, Side};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::split_collection;
-use sokoshard::model::rules::{for_each_pull_kept, for_each_push_kept, Pruning, Scratch};
+use sokoshard::model::rules::{for_each_pull_kept, for_each_push_kept, normalize_player, Pruning, Scratch};
 use sokoshard::model::solution::verify;
-use sokoshard::solve::{solve_local, SolveOptions, Status};
+use sokoshard::solve::build_tables;
+use sokoshard::solve::{solve_local, SolveOptions, Status, TableSource};
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
@@ -18,13 +19,13 @@ use std::sync::Arc;
 
 fn solve_with_k(board: &Board, k: usize) -> (Status, Option<usize>, Option<String>, u64) {
     let board = Arc::new(board.clone());
-    let patterns: Option<Arc<dyn PatternCheck>> = if k == 0 {
-        None
+    let tables = if k == 0 {
+        TableSource::None
     } else {
         let (t, _) = build_tables(board.clone(), k, 4, &AtomicBool::new(false), &NoProgress).unwrap();
-        Some(Arc::new(t))
+        TableSource::Given(Arc::new(t))
     };
-    let opts = SolveOptions { partitions: 8, patterns, ..Default::default() };
+    let opts = SolveOptions { partitions: 8, tables, ..Default::default() };
     let r = solve_local(board, &opts, &AtomicBool::new(false), &NoProgress).unwrap();
     (r.status, r.pushes, r.solution, r.states)
 }
@@ -194,4 +195,100 @@ fn deadlock_database_build_show_and_reuse() {
         v["states"].as_u64().unwrap()
     };
     assert!(states(&["--kpg", "0"]) > states(&[]));
+}
+
+/// The bitset lookup must answer exactly what flooding the k-box board and
+/// looking the normalized player up in the pattern's list answers.
+#[test]
+fn player_bitsets_agree_with_flooding() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut checked = 0;
+    for (i, lt) in split_collection(&text, path).iter().take(12).enumerate() {
+        let level = lt.parse().unwrap();
+        let board = Arc::new(Board::new(&level).unwrap());
+        let (tables, _) = build_tables(board.clone(), 2, 4, &AtomicBool::new(false), &NoProgress).unwrap();
+        let mut sc = Scratch::new(&board);
+        for t in &tables.tables {
+            for set in [&t.forward, &t.backward] {
+                for (&key, dead) in &set.map {
+                    let DeadPlayers::Squares(list) = dead else {
+                        continue;
+                    };
+                    let boxes = unpack(key, t.k);
+                    for p in 0..board.floor_count() as u16 {
+                        if boxes.contains(&p) {
+                            continue;
+                        }
+                        let flooded = list.binary_search(&normalize_player(&board, &mut sc, &boxes, p)).is_ok();
+                        let bit = set.dead_bit(key, p).expect("a player-dependent pattern");
+                        assert_eq!(bit, flooded, "level {}, boxes {boxes:?}, player {p}", i + 1);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 1000, "too few player-dependent patterns to test ({checked} checks)");
+}
+
+/// The trie walk must answer exactly what scanning every pattern answers:
+/// on real tables (k up to 4, player-dependent patterns included), for box
+/// sets built around patterns (so that hits are common) and random ones.
+#[test]
+fn trie_check_agrees_with_a_scan_of_every_pattern() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
+    let text = std::fs::read_to_string(path).unwrap();
+    let levels = split_collection(&text, path);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % n as u64) as usize
+    };
+    let (mut checks, mut hits) = (0, 0);
+    for (index, k) in [(1usize, 4usize), (2, 4), (3, 3), (6, 3), (10, 3), (44, 3)] {
+        let level = levels[index - 1].parse().unwrap();
+        let board = Arc::new(Board::new(&level).unwrap());
+        let (tables, _) = build_tables(board.clone(), k, 4, &AtomicBool::new(false), &NoProgress).unwrap();
+        let floor = board.floor_count();
+        let n_boxes = board.box_count();
+        let patterns: Vec<(usize, sokoshard::engine::kpg::Packed)> = tables
+            .tables
+            .iter()
+            .flat_map(|t| {
+                [&t.forward, &t.backward].into_iter().flat_map(move |s| s.map.keys().map(move |&key| (t.k, key)))
+            })
+            .collect();
+        for round in 0..4000 {
+            // a pattern plus random boxes, or random boxes only
+            let mut boxes: Vec<u16> = match patterns.get(next(patterns.len().max(1))) {
+                Some(&(k, key)) if round % 4 != 0 => unpack(key, k),
+                _ => Vec::new(),
+            };
+            while boxes.len() < n_boxes.min(floor - 1) {
+                let b = next(floor) as u16;
+                if !boxes.contains(&b) {
+                    boxes.push(b);
+                }
+            }
+            boxes.sort_unstable();
+            let moved = boxes[next(boxes.len())];
+            let player = loop {
+                let p = next(floor) as u16;
+                if !boxes.contains(&p) {
+                    break p;
+                }
+            };
+            for side in [Side::Forward, Side::Backward] {
+                let fast = tables.is_deadlock(side, &boxes, moved, player);
+                let scan = tables.is_deadlock_by_scan(side, &boxes, moved, player);
+                assert_eq!(fast, scan, "level {index}, {side:?}, boxes {boxes:?}, moved {moved}, player {player}");
+                checks += 1;
+                hits += fast as usize;
+            }
+        }
+    }
+    assert!(hits > checks / 20, "too few hits to test the walk ({hits} of {checks})");
 }

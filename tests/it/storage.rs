@@ -131,7 +131,10 @@ fn sabotaged(
 
 fn storage_error(r: Result<SolveReport, EngineError>) -> StorageError {
     match r {
-        Err(EngineError::Storage(e)) => e,
+        Err(EngineError::Seam(e)) => match StorageError::from_seam(e) {
+            Ok(e) => e,
+            Err(other) => panic!("expected a storage error, got {other}"),
+        },
         Err(other) => panic!("expected a storage error, got {other}"),
         Ok(rep) => panic!("expected a storage error, got {:?} with {:?} pushes", rep.status, rep.pushes),
     }

@@ -16,20 +16,17 @@ use super::super::net::{rpc_err, WorkerRpc};
 use super::super::proto::*;
 use super::super::{side_to, ClusterError, PROTOCOL_VERSION};
 use super::{JobRecord, Shared};
-use crate::engine::kpg::{build_tables_with, DeadlockTables, MAX_K};
+use crate::engine::driver::{solve, Deployment, Observers, SolveSpec, TableSource};
+use crate::engine::kpg::{build_tables_with, DeadlockTables, KStats, KpgProgress, MAX_K};
 use crate::engine::partition::Partitioner;
-use crate::engine::path::{rebuild, LayerLookup};
-use crate::engine::search::{
-    bidirectional, exhaust, LayerBackend, LayerEvent, Limits, NoProgress, Progress, SearchEnd, StepOutcome,
-};
+use crate::engine::report::SolveReport;
+use crate::engine::search::{exhaust, LayerBackend, LayerEvent, Limits, NoProgress, Progress, SearchEnd, StepOutcome};
 use crate::engine::{EngineError, Problem, Side};
 use crate::model::board::Board;
-use crate::model::key::{BitKey, KeyWidth, StateKey};
+use crate::model::key::{KeyWidth, StateKey};
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
-use crate::solve::{seeds, SolveReport, Status};
 use crate::storage::kdb;
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -66,7 +63,8 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
 }
 
 /// Runs job `id` to its end (or until the coordinator stops), recording the
-/// outcome in the job table and log.
+/// outcome in the job table and log. The solve itself is the one driver's
+/// ([`crate::engine::driver::solve`]) on a [`ClusterDeployment`].
 pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     let Some(rec) = sh.record(id) else { return };
     let Some((stop, cancelled)) = sh.stop_flags(id) else { return };
@@ -82,49 +80,18 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         Err(e) => return fail(format!("bad level: {e}")),
     };
     sh.set_running(id, true);
-    // the deadline counts the time already run before a coordinator restart
-    let done = Arc::new(AtomicBool::new(false));
-    if rec.options.timeout > 0.0 {
-        let left = (rec.options.timeout - rec.seconds).max(0.0);
-        let (stop, done) = (stop.clone(), done.clone());
-        std::thread::spawn(move || {
-            let end = Instant::now() + Duration::from_secs_f64(left);
-            while !done.load(Ordering::SeqCst) {
-                if Instant::now() >= end {
-                    stop.store(true, Ordering::SeqCst);
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-    }
-    let started = Instant::now();
-    // k-PG tables first, when the job builds or uses them
-    let mut tables = Arc::new(Vec::new());
-    let mut kpg_seconds = 0.0;
-    if rec.options.kpg > 0 && board.unsolvable.is_none() {
-        match tables_for(sh, id, rt, &board, &stop) {
-            Ok(Some((t, secs))) => {
-                tables = Arc::new(t);
-                kpg_seconds = secs;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                done.store(true, Ordering::SeqCst);
-                sh.set_running(id, false);
-                fail(e.to_string());
-                return unload_all(sh, id, rt);
-            }
-        }
-    }
+    let mut deployment = ClusterDeployment { sh: sh.clone(), id, rt: rt.clone(), stop: &stop, tables_reused: None };
     if rec.kind == JobKind::Deadlocks as i32 {
-        done.store(true, Ordering::SeqCst);
+        let max_k = (rec.options.kpg as usize).min(MAX_K);
+        let built = deployment.build_tables(&board, max_k, &stop, &NoProgress);
         sh.set_running(id, false);
-        let stopped = stop.load(Ordering::SeqCst);
-        let (state, msg) = match (cancelled.load(Ordering::SeqCst), stopped) {
+        let (state, msg) = match (cancelled.load(Ordering::SeqCst), built) {
             (true, _) => (JobState::Cancelled, "cancelled".to_string()),
-            (false, true) => (JobState::Failed, "stopped by its timeout before the tables were complete".to_string()),
-            (false, false) => (JobState::Finished, format!("k-PG tables built for k = 1..{}", rec.options.kpg)),
+            (false, Err(e)) => return (fail(cluster_error(e).to_string()), unload_all(sh, id, rt)).1,
+            (false, Ok(None)) => {
+                (JobState::Failed, "stopped by its timeout before the tables were complete".to_string())
+            }
+            (false, Ok(Some(_))) => (JobState::Finished, format!("k-PG tables built for k = 1..{}", rec.options.kpg)),
         };
         let _ = sh.update(id, true, |r| {
             r.state = state as i32;
@@ -132,48 +99,20 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         });
         return unload_all(sh, id, rt);
     }
-    let out = match board.keyspace.width {
-        KeyWidth::U64 => run_typed::<u64>(sh, id, rt, board.clone(), &stop, &tables),
-        KeyWidth::U128 => run_typed::<u128>(sh, id, rt, board.clone(), &stop, &tables),
-        KeyWidth::Bits256 => run_typed::<BitKey<4>>(sh, id, rt, board.clone(), &stop, &tables),
-        KeyWidth::Bits1024 => run_typed::<BitKey<16>>(sh, id, rt, board.clone(), &stop, &tables),
+    let spec = SolveSpec {
+        pruning: Pruning { dead_squares: true, freeze: !rec.options.no_freeze, pi_corrals: !rec.options.no_pi_corrals },
+        tables: TableSource::Build(rec.options.kpg as usize),
+        max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
+        // the deadline counts the time already run before a coordinator restart
+        deadline: (rec.options.timeout > 0.0)
+            .then(|| Instant::now() + Duration::from_secs_f64((rec.options.timeout - rec.seconds).max(0.0))),
     };
-    let out = out.map(|mut r| {
-        r.kpg_seconds = kpg_seconds;
-        r
-    });
-    done.store(true, Ordering::SeqCst);
+    let progress = JobProgress { id };
+    let out = solve(&mut deployment, board, &spec, &stop, &Observers { tables: &NoProgress, search: &progress });
     sh.set_running(id, false);
     let user_cancel = cancelled.load(Ordering::SeqCst);
-    let out = match out {
-        // stopped by the timeout before the search loop could say so itself
-        Err(ClusterError::Cancelled) | Err(ClusterError::Engine(_)) if stop.load(Ordering::SeqCst) && !user_cancel => {
-            let rec = sh.record(id).unwrap_or_else(|| rec.clone());
-            Ok(SolveReport {
-                storage: None,
-                status: Status::Timeout,
-                pushes: None,
-                moves: None,
-                solution: None,
-                states: rec.stored,
-                generated: rec.generated,
-                seconds: 0.0,
-                forward_layers: rec.layers[0].len(),
-                backward_layers: rec.layers[1].len(),
-                peak_memory_bytes: rec.peak_memory_bytes,
-                key_width: board.keyspace.width,
-                reason: None,
-                kpg_seconds: 0.0,
-                store_bytes: rec.memory_bytes,
-                disk_bytes: rec.disk_bytes,
-            })
-        }
-        o => o,
-    };
     match out {
-        Ok(mut report) => {
-            let rec = sh.record(id).unwrap_or(rec);
-            report.seconds = rec.seconds.max(started.elapsed().as_secs_f64());
+        Ok(report) => {
             let state = if user_cancel { JobState::Cancelled } else { JobState::Finished };
             tracing::info!(
                 job = id,
@@ -187,18 +126,95 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
                 r.message = if user_cancel { "cancelled".into() } else { String::new() };
                 r.result = Some(report_to_proto(&report));
             });
-            unload_all(sh, id, rt);
         }
         Err(_) if user_cancel => {
             let _ = sh.update(id, true, |r| {
                 r.state = JobState::Cancelled as i32;
                 r.message = "cancelled".into();
             });
-            unload_all(sh, id, rt);
         }
-        Err(e) => {
-            fail(e.to_string());
-            unload_all(sh, id, rt);
+        Err(e) => fail(cluster_error(e).to_string()),
+    }
+    unload_all(sh, id, rt);
+}
+
+/// The cluster error behind an engine error: a backend's own error comes back
+/// out of the box it crossed the engine in.
+pub fn cluster_error(e: EngineError) -> ClusterError {
+    ClusterError::from(e)
+}
+
+/// A cluster error handed to the engine: a cancel is the engine's own kind,
+/// anything else travels boxed.
+fn engine_error(e: ClusterError) -> EngineError {
+    match e {
+        ClusterError::Cancelled => EngineError::Cancelled,
+        other => EngineError::seam(other),
+    }
+}
+
+/// The cluster as a [`Deployment`] of the one solve driver: k-games and the
+/// level's search run over the job's workers.
+struct ClusterDeployment<'a> {
+    sh: Arc<Shared>,
+    id: u64,
+    rt: Handle,
+    stop: &'a AtomicBool,
+    /// Set when the tables came from the data dir (a coordinator restart):
+    /// their build time as first recorded.
+    tables_reused: Option<f64>,
+}
+
+impl Deployment for ClusterDeployment<'_> {
+    fn build_tables(
+        &mut self,
+        board: &Arc<Board>,
+        max_k: usize,
+        _cancel: &AtomicBool,
+        _progress: &dyn KpgProgress,
+    ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError> {
+        let Some((bytes, secs, reused)) =
+            tables_for(&self.sh, self.id, &self.rt, board, max_k, self.stop).map_err(engine_error)?
+        else {
+            return Ok(None);
+        };
+        if reused {
+            self.tables_reused = Some(secs);
+        }
+        let file = kdb::decode(&tables_path(&self.sh, self.id), &bytes)?;
+        Ok(Some((DeadlockTables::new(board.clone(), file.tables), Vec::new())))
+    }
+
+    fn search<K: StateKey>(
+        &mut self,
+        problem: &Problem<K>,
+        tables: Option<&Arc<DeadlockTables>>,
+        _cancel: &AtomicBool,
+        search: &mut dyn FnMut(&mut dyn LayerBackend<K>) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        let rec =
+            self.sh.record(self.id).ok_or_else(|| engine_error(ClusterError::NotFound(format!("job {}", self.id))))?;
+        let bytes = tables.map(|t| kdb::encode(t, &rec.level_text)).unwrap_or_default();
+        let phase = Phase::main(Arc::new(bytes));
+        let mut backend =
+            ClusterBackend::<K>::new(self.sh.clone(), self.id, self.rt.clone(), self.stop, phase, &problem.space)
+                .map_err(engine_error)?;
+        search(&mut backend)
+    }
+
+    fn finish_report(&mut self, report: &mut SolveReport) {
+        // the job log's counts span coordinator restarts
+        let Some(rec) = self.sh.record(self.id) else { return };
+        report.states = rec.stored;
+        report.generated = rec.generated;
+        report.forward_layers = rec.layers[0].len();
+        report.backward_layers = rec.layers[1].len();
+        report.peak_memory_bytes = rec.peak_memory_bytes;
+        report.store_bytes = rec.memory_bytes;
+        report.disk_bytes = rec.disk_bytes;
+        report.seconds = report.seconds.max(rec.seconds);
+        if let Some(secs) = self.tables_reused {
+            report.kpg_seconds = secs;
         }
     }
 }
@@ -248,46 +264,36 @@ fn tables_for(
     id: u64,
     rt: &Handle,
     board: &Arc<Board>,
+    max_k: usize,
     stop: &AtomicBool,
-) -> Result<Option<(Vec<u8>, f64)>, ClusterError> {
+) -> Result<Option<(Vec<u8>, f64, bool)>, ClusterError> {
     let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
     let path = tables_path(sh, id);
     if let Ok(bytes) = std::fs::read(&path) {
         if let Ok(f) = kdb::decode(&path, &bytes) {
             if f.fingerprint == board.fingerprint() {
                 tracing::info!(job = id, "k-pg tables reused from the data dir");
-                return Ok(Some((bytes, rec.kpg_seconds)));
+                return Ok(Some((bytes, rec.kpg_seconds, true)));
             }
         }
     }
     let started = Instant::now();
-    let max_k = (rec.options.kpg as usize).min(MAX_K);
-    let mut failure: Option<ClusterError> = None;
+    let max_k = max_k.min(MAX_K);
     let mut explore = |problem: &Problem<u64>, tables: &DeadlockTables, side: Side, seeds: &[u64]| {
         let k = problem.space.boxes;
         let bytes = if tables.tables.is_empty() { Vec::new() } else { kdb::encode(tables, &rec.level_text) };
         let phase = Phase { name: format!("k{k}-{}", side.name()), boxes: k as u32, tables: Arc::new(bytes) };
         tracing::info!(job = id, k, side = side.name(), "k-game on the cluster");
-        let r = (|| -> Result<Option<Vec<u64>>, ClusterError> {
-            let mut b = ClusterBackend::<u64>::new(sh.clone(), id, rt.clone(), stop, phase, &problem.space)?;
-            let limits = Limits { cancel: stop, max_states: None };
-            let end = exhaust(&mut b, side, seeds, &limits, &NoProgress).map_err(|e| b.take_error(e))?.0;
-            if matches!(end, SearchEnd::Cancelled) {
-                return Ok(None);
-            }
-            b.collect(side)
-        })();
-        r.map_err(|e| {
-            let msg = e.to_string();
-            failure = Some(e);
-            EngineError::Internal(msg)
-        })
+        let mut b = ClusterBackend::<u64>::new(sh.clone(), id, rt.clone(), stop, phase, &problem.space)
+            .map_err(engine_error)?;
+        let limits = Limits { cancel: stop, max_states: None };
+        let end = exhaust(&mut b, side, seeds, &limits, &NoProgress)?.0;
+        if matches!(end, SearchEnd::Cancelled) {
+            return Ok(None);
+        }
+        b.collect(side).map_err(engine_error)
     };
-    let built = build_tables_with(board.clone(), max_k, &NoProgress, &mut explore);
-    let (tables, stats) = match built {
-        Ok(t) => t,
-        Err(e) => return Err(failure.unwrap_or(ClusterError::Engine(e))),
-    };
+    let (tables, stats) = build_tables_with(board.clone(), max_k, &NoProgress, &mut explore).map_err(cluster_error)?;
     if stop.load(Ordering::SeqCst) {
         return Ok(None);
     }
@@ -312,59 +318,7 @@ fn tables_for(
     std::fs::rename(&tmp, &path).map_err(|e| ClusterError::io(format!("writing {}", path.display()), e))?;
     sh.update(id, true, |r| r.kpg_seconds = secs)?;
     tracing::info!(job = id, k = max_k, bytes = bytes.len(), seconds = secs, "k-pg tables built on the cluster");
-    Ok(Some((bytes, secs)))
-}
-
-fn run_typed<K: StateKey>(
-    sh: &Arc<Shared>,
-    id: u64,
-    rt: &Handle,
-    board: Arc<Board>,
-    stop: &AtomicBool,
-    tables: &Arc<Vec<u8>>,
-) -> Result<SolveReport, ClusterError> {
-    let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
-    let mut report = SolveReport::empty(&board);
-    if report.reason.is_some() {
-        return Ok(report);
-    }
-    let pruning =
-        Pruning { dead_squares: true, freeze: !rec.options.no_freeze, pi_corrals: !rec.options.no_pi_corrals };
-    let problem = Problem::<K>::full(board.clone(), pruning, None);
-    let mut backend =
-        ClusterBackend::<K>::new(sh.clone(), id, rt.clone(), stop, Phase::main(tables.clone()), &problem.space)?;
-    let end = if let Some((key, forward, backward)) = &rec.meeting {
-        // the sides met before a coordinator restart: only the path is left to do
-        let k = keys_from_bytes::<K>(key)?;
-        let key = *k.first().ok_or_else(|| ClusterError::DataLoss("the job log's meeting key is empty".into()))?;
-        SearchEnd::Met { key, forward: *forward, backward: *backward }
-    } else {
-        let (starts, goals) = seeds(&problem);
-        let limits =
-            Limits { cancel: stop, max_states: (rec.options.max_states > 0).then_some(rec.options.max_states) };
-        let progress = JobProgress { id };
-        bidirectional(&mut backend, &starts, &goals, &limits, &progress).map_err(|e| backend.take_error(e))?.0
-    };
-    let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
-    report.states = rec.stored;
-    report.generated = rec.generated;
-    report.forward_layers = rec.layers[0].len();
-    report.backward_layers = rec.layers[1].len();
-    report.peak_memory_bytes = rec.peak_memory_bytes;
-    report.store_bytes = rec.memory_bytes;
-    report.disk_bytes = rec.disk_bytes;
-    match end {
-        SearchEnd::Met { key, forward, backward } => {
-            sh.update(id, true, |r| r.meeting = Some((keys_to_bytes(&[key]), forward, backward)))?;
-            let lookup = RemoteLookup { backend: RefCell::new(&mut backend) };
-            let pushes = rebuild(&problem, &lookup, key, forward, backward).map_err(|e| lookup.take_error(e))?;
-            if !report.record_solution(&board, &pushes) {
-                return Err(ClusterError::Internal("rebuilt pushes do not replay".into()));
-            }
-        }
-        other => report.record_unmet(&other),
-    }
-    Ok(report)
+    Ok(Some((bytes, secs, false)))
 }
 
 /// Progress of the search loop: structured logs (watchers read the job record,
@@ -424,8 +378,6 @@ pub struct ClusterBackend<'a, K: StateKey> {
     /// Sizes of the completed layers.
     layers: [Vec<u64>; 2],
     step_id: u64,
-    /// The full error behind the last `EngineError` handed to the engine.
-    error: Option<ClusterError>,
     /// A worker failed or is missing: the next load is a resume.
     paused: bool,
     _key: PhantomData<K>,
@@ -457,7 +409,6 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             loaded: Vec::new(),
             layers,
             step_id: 0,
-            error: None,
             paused: false,
             _key: PhantomData,
         };
@@ -757,17 +708,6 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         }
     }
 
-    fn engine_err(&mut self, e: ClusterError) -> EngineError {
-        let msg = e.to_string();
-        self.error = Some(e);
-        EngineError::Internal(msg)
-    }
-
-    /// The cluster error behind an engine error this backend produced.
-    fn take_error(&mut self, e: EngineError) -> ClusterError {
-        self.error.take().unwrap_or(ClusterError::Engine(e))
-    }
-
     fn try_step(&mut self, side: Side, check_other: bool) -> Result<(StepOutcome<K>, u64, u64), ClusterError> {
         let step = self.next_step();
         let layer = self.layers[side.index()].len() - 1;
@@ -840,8 +780,8 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
         });
         let n = match r {
             Ok(Some(n)) => n,
-            Ok(None) => return Err(self.engine_err(ClusterError::Cancelled)),
-            Err(e) => return Err(self.engine_err(e)),
+            Ok(None) => return Err(EngineError::Cancelled),
+            Err(e) => return Err(engine_error(e)),
         };
         self.layers[side.index()].push(n);
         if !self.phase.is_main() {
@@ -853,7 +793,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
             r.stored += n;
             r.last_side = side_to(side);
         });
-        r.map_err(|e| self.engine_err(e))?;
+        r.map_err(|e| engine_error(e))?;
         Ok(n)
     }
 
@@ -870,7 +810,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
         let (out, keys, bytes) = match r {
             Ok(Some(v)) => v,
             Ok(None) => return Ok(None),
-            Err(e) => return Err(self.engine_err(e)),
+            Err(e) => return Err(engine_error(e)),
         };
         self.layers[side.index()].push(out.new_states);
         if !self.phase.is_main() {
@@ -906,28 +846,15 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
                 r.meeting = meeting;
             }
         });
-        r.map_err(|e| self.engine_err(e))?;
+        r.map_err(|e| engine_error(e))?;
         if !self.sh.cfg.layer_delay.is_zero() {
             std::thread::sleep(self.sh.cfg.layer_delay);
         }
         Ok(Some(out))
     }
-}
 
-/// Path-rebuild lookups answered by the owners of the keys.
-struct RemoteLookup<'b, 'a, K: StateKey> {
-    backend: RefCell<&'b mut ClusterBackend<'a, K>>,
-}
-
-impl<K: StateKey> RemoteLookup<'_, '_, K> {
-    fn take_error(&self, e: EngineError) -> ClusterError {
-        self.backend.borrow_mut().take_error(e)
-    }
-}
-
-impl<K: StateKey> LayerLookup<K> for RemoteLookup<'_, '_, K> {
-    fn first_in_layer(&self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError> {
-        let mut b = self.backend.borrow_mut();
+    fn first_in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError> {
+        let b = self;
         // the candidates of each owner, in order
         let mut per_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (i, k) in keys.iter().enumerate() {
@@ -963,8 +890,18 @@ impl<K: StateKey> LayerLookup<K> for RemoteLookup<'_, '_, K> {
         });
         match r {
             Ok(Some(f)) => Ok(f),
-            Ok(None) => Err(b.engine_err(ClusterError::Cancelled)),
-            Err(e) => Err(b.engine_err(e)),
+            Ok(None) => Err(EngineError::Cancelled),
+            Err(e) => Err(engine_error(e)),
         }
+    }
+
+    fn resumed_meeting(&self) -> Option<SearchEnd<K>> {
+        // the sides met before a coordinator restart: only the path is left to do
+        if !self.phase.is_main() {
+            return None;
+        }
+        let (key, forward, backward) = self.sh.record(self.id)?.meeting?;
+        let key = *keys_from_bytes::<K>(&key).ok()?.first()?;
+        Some(SearchEnd::Met { key, forward, backward })
     }
 }

@@ -11,14 +11,14 @@ use super::super::{persist, ClusterError};
 use crate::engine::kpg::DeadlockTables;
 use crate::engine::layer::{expand, merge};
 use crate::engine::partition::{Exchange, LocalExchange, PartitionStore, Partitioner, StoreBytes};
-use crate::engine::{PatternCheck, Problem, Side};
+use crate::engine::{PatternCheck, Problem, SeamError, Side};
 use crate::model::board::Board;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
 use crate::storage::budget::MemoryBudget;
 use crate::storage::disk::{DiskOptions, DiskStore};
-use crate::storage::{kdb, ShardMeta, ShardReader, ShardWriter, StorageError};
+use crate::storage::{kdb, ShardMeta, ShardReader, ShardWriter};
 use prost::Message;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -617,16 +617,12 @@ struct RemoteExchange<'a, K: StateKey> {
     counters: &'a SendCounters,
 }
 
-fn peer_gone(addr: &str, why: &str) -> StorageError {
-    StorageError::Io {
-        path: PathBuf::from(format!("<peer {addr}>")),
-        op: "sending successors to",
-        source: std::io::Error::new(std::io::ErrorKind::BrokenPipe, why.to_string()),
-    }
+fn peer_gone(addr: &str, why: &str) -> SeamError {
+    SeamError::new(ClusterError::Unavailable(format!("sending successors to {addr}: {why}")))
 }
 
 impl<K: StateKey> Exchange<K> for RemoteExchange<'_, K> {
-    fn send(&self, partition: usize, mut batch: Vec<K>) -> Result<(), StorageError> {
+    fn send(&self, partition: usize, mut batch: Vec<K>) -> Result<(), SeamError> {
         let owner = self.owners[partition];
         if owner == self.job.me {
             self.counters.keys_local.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -658,7 +654,7 @@ impl<K: StateKey> Exchange<K> for RemoteExchange<'_, K> {
             }
         }
     }
-    fn take(&self, partition: usize) -> Result<Vec<K>, StorageError> {
+    fn take(&self, partition: usize) -> Result<Vec<K>, SeamError> {
         self.job.exchange.take(partition)
     }
     fn clear(&self) {

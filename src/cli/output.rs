@@ -1,0 +1,127 @@
+//! How results are printed: one level's outcome as text or as one JSON line
+//! (the same for `solve` and `submit`), and the summary table after several.
+
+use serde::Serialize;
+use sokoshard::solve::{SolveReport, Status};
+use sokoshard::sys::{human_bytes, peak_rss_bytes};
+use std::io::Write;
+use std::time::Duration;
+
+/// One level's JSON line: where it is, its report, and this process's figures.
+#[derive(Serialize)]
+struct Line<'a> {
+    level: usize,
+    title: &'a str,
+    #[serde(flatten)]
+    report: &'a SolveReport,
+    peak_rss_bytes: u64,
+    cpu_seconds: f64,
+}
+
+/// The JSON line of a level that could not be solved at all (bad input).
+#[derive(Serialize)]
+struct ErrorLine<'a> {
+    level: usize,
+    title: &'a str,
+    status: &'static str,
+    pushes: Option<usize>,
+    moves: Option<usize>,
+    solution: Option<&'a str>,
+    states: u64,
+    seconds: f64,
+    reason: Option<&'a str>,
+}
+
+/// Prints one level's result the way `solve` does (text or one JSON line); also
+/// used by `submit` for results that come back from a cluster.
+pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, error: Option<&str>, json: bool) {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        let line = match report {
+            Some(report) => serde_json::to_string(&Line {
+                level: index,
+                title,
+                report,
+                peak_rss_bytes: peak_rss_bytes(),
+                cpu_seconds: sokoshard::sys::cpu_seconds(),
+            }),
+            None => serde_json::to_string(&ErrorLine {
+                level: index,
+                title,
+                status: "error",
+                pushes: None,
+                moves: None,
+                solution: None,
+                states: 0,
+                seconds: 0.0,
+                reason: error,
+            }),
+        };
+        if let Ok(line) = line {
+            let _ = writeln!(out, "{line}");
+        }
+        return;
+    }
+    match (report, error) {
+        (Some(r), _) => {
+            let head = format!("level {index} ({title})");
+            match r.status {
+                Status::Solved => {
+                    let _ = writeln!(
+                        out,
+                        "{head}: solved in {} pushes, {} moves",
+                        r.pushes.unwrap_or(0),
+                        r.moves.unwrap_or(0)
+                    );
+                    let _ = writeln!(out, "  solution: {}", r.solution.as_deref().unwrap_or(""));
+                }
+                other => {
+                    let why = r.reason.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
+                    let _ = writeln!(out, "{head}: {}{why}", other.name());
+                }
+            }
+            let _ = writeln!(out, "  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds);
+            if let Some(st) = &r.storage {
+                let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
+                let _ = writeln!(
+                    out,
+                    "  disk: {} for {} states on disk ({per:.2} B/state), peak {}; budget {}, peak RSS {}",
+                    human_bytes(r.disk_bytes),
+                    st.disk_states,
+                    human_bytes(st.peak_disk_bytes),
+                    human_bytes(st.memory_budget_bytes),
+                    human_bytes(peak_rss_bytes())
+                );
+                if let Some(dir) = &st.spill_dir {
+                    let _ = writeln!(out, "  spill files kept in {}", dir.display());
+                }
+            }
+        }
+        (None, Some(e)) => {
+            let _ = writeln!(out, "level {index} ({title}): error: {e}");
+            eprintln!("error: {e}");
+        }
+        (None, None) => {}
+    }
+}
+
+/// The summary table after several levels: `None` counts as an error.
+pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) {
+    let count = |s: Status| statuses.iter().filter(|o| **o == Some(s)).count();
+    let errors = statuses.iter().filter(|o| o.is_none()).count();
+    println!();
+    println!(
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "solved", "unsolvable", "timeout", "limit", "error", "total time"
+    );
+    println!(
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>11.1}s",
+        count(Status::Solved),
+        count(Status::Unsolvable),
+        count(Status::Timeout),
+        count(Status::Limit),
+        errors,
+        total.as_secs_f64()
+    );
+}

@@ -1,0 +1,147 @@
+//! What a solve reports, in local mode and on the cluster alike: how it ended
+//! ([`Status`]), its counts and timings ([`SolveReport`]), and what a
+//! disk-backed store used ([`StorageReport`]). Plain data, serialized as the
+//! `--json` output.
+
+use super::search::{SearchEnd, SearchStats};
+use crate::model::board::Board;
+use crate::model::key::KeyWidth;
+use crate::model::rules::BoxMove;
+use crate::model::solution::pushes_to_lurd;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// How a solve ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Solved,
+    Unsolvable,
+    Timeout,
+    Limit,
+    Error,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Solved => "solved",
+            Status::Unsolvable => "unsolvable",
+            Status::Timeout => "timeout",
+            Status::Limit => "limit",
+            Status::Error => "error",
+        }
+    }
+}
+
+/// What a budgeted (disk-backed) solve used.
+#[derive(Debug, Clone, Serialize)]
+pub struct StorageReport {
+    pub memory_budget_bytes: u64,
+    /// Partitions used (the budget may raise the requested count).
+    pub partitions: usize,
+    /// States held in layer shard files at the end (their bytes are the
+    /// report's `disk_bytes`).
+    pub disk_states: u64,
+    /// Most bytes on disk at once: layer shards plus successor runs.
+    pub peak_disk_bytes: u64,
+    /// Successor keys written to runs by the exchange.
+    pub spilled_candidates: u64,
+    /// Most candidates (duplicates included) one partition had in one layer,
+    /// and the keys per chunk the merge streamed them in.
+    pub largest_partition_candidates: u64,
+    pub merge_chunk_keys: u64,
+    /// The spill directory, when kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_dir: Option<PathBuf>,
+}
+
+/// The result of solving one level.
+#[derive(Debug, Clone, Serialize)]
+pub struct SolveReport {
+    pub status: Status,
+    pub pushes: Option<usize>,
+    pub moves: Option<usize>,
+    pub solution: Option<String>,
+    /// States stored (both sides).
+    pub states: u64,
+    pub generated: u64,
+    pub seconds: f64,
+    /// Of `seconds`, the time spent building k-PG tables.
+    pub kpg_seconds: f64,
+    pub forward_layers: usize,
+    pub backward_layers: usize,
+    pub peak_memory_bytes: u64,
+    /// Bytes the visited sets hold in memory at the end (divide by `states` for
+    /// bytes per stored state).
+    pub store_bytes: u64,
+    pub disk_bytes: u64,
+    #[serde(rename = "key")]
+    pub key_width: KeyWidth,
+    /// Why the level is unsolvable (or was stopped), when known.
+    pub reason: Option<String>,
+    /// Disk use of a budgeted solve, as fields of the report's own.
+    #[serde(flatten)]
+    pub storage: Option<StorageReport>,
+}
+
+impl SolveReport {
+    /// A report with nothing searched yet: unsolvable with the board's reason if
+    /// the board alone proves it, zero counters otherwise.
+    pub fn empty(board: &Board) -> SolveReport {
+        SolveReport {
+            status: Status::Unsolvable,
+            pushes: None,
+            moves: None,
+            solution: None,
+            states: 0,
+            generated: 0,
+            seconds: 0.0,
+            kpg_seconds: 0.0,
+            forward_layers: 0,
+            backward_layers: 0,
+            peak_memory_bytes: 0,
+            store_bytes: 0,
+            disk_bytes: 0,
+            key_width: board.keyspace.width,
+            reason: board.unsolvable.clone(),
+            storage: None,
+        }
+    }
+
+    /// Records a rebuilt push path as the solution. `false` if the pushes do not
+    /// replay on the board (an engine bug the caller reports as internal).
+    pub fn record_solution(&mut self, board: &Board, pushes: &[BoxMove]) -> bool {
+        let Some(lurd) = pushes_to_lurd(board, pushes) else { return false };
+        self.status = Status::Solved;
+        self.pushes = Some(pushes.len());
+        self.moves = Some(lurd.len());
+        self.solution = Some(lurd);
+        true
+    }
+
+    /// Records how a search ended when the sides did not meet; a meeting is
+    /// recorded with [`SolveReport::record_solution`] once the path is rebuilt.
+    pub fn record_unmet<K>(&mut self, end: &SearchEnd<K>) {
+        match end {
+            SearchEnd::Met { .. } => {}
+            SearchEnd::Unsolvable { exhausted } => {
+                self.status = Status::Unsolvable;
+                self.reason = Some(format!("the {} search ran dry", exhausted.name()));
+            }
+            SearchEnd::Cancelled => self.status = Status::Timeout,
+            SearchEnd::Limit => self.status = Status::Limit,
+        }
+    }
+
+    /// Copies a finished search's counters.
+    pub fn record_stats(&mut self, stats: &SearchStats) {
+        self.states = stats.stored;
+        self.generated = stats.generated;
+        self.forward_layers = stats.layers[0];
+        self.backward_layers = stats.layers[1];
+        self.peak_memory_bytes = stats.peak_memory_bytes;
+        self.store_bytes = stats.store_bytes;
+        self.disk_bytes = stats.disk_bytes;
+    }
+}
