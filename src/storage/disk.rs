@@ -29,21 +29,27 @@
 //!
 //! *Durable* mode writes (and fsyncs) every layer at push time, and after each
 //! seal rewrites a small manifest recording how many layers of each side are
-//! complete; [`DiskStore::open`] resumes from it, ignoring any layer written
-//! after the last seal. The cluster's workers checkpoint this way.
+//! complete; [`DiskStore::open`] resumes from it (or from fewer layers, when
+//! asked), ignoring any layer written after the last seal. This is the cluster
+//! workers' checkpoint: a worker's store holds only its own partitions
+//! ([`DiskOptions::held`]) and is tagged with its job, so a layer is written
+//! once, in its final place, and a restarted worker reopens it as it was.
+//! Durable stores do not compact (a checkpoint keeps one file per layer).
 //!
-//! Manifest (`DIR/manifest`, 40 bytes, little-endian, written to
-//! `manifest.tmp`, fsynced and renamed):
+//! Manifest (`DIR/manifest`, little-endian, written to `manifest.tmp`, fsynced
+//! and renamed):
 //!
 //! ```text
-//! 0   8  magic b"SKMANIF\0"
-//! 8   4  manifest version (u32, = 1)
-//! 12  4  key limbs (u32)
-//! 16  4  partitions (u32, power of two)
-//! 20  4  sealed forward layers (u32)
-//! 24  4  sealed backward layers (u32)
-//! 28  4  reserved, zero
-//! 32  8  xxh3-64 of bytes 0..32
+//! 0      8  magic b"SKMANIF\0"
+//! 8      4  manifest version (u32, = 2)
+//! 12     4  key limbs (u32)
+//! 16     4  partitions (u32, power of two)
+//! 20     4  sealed forward layers (u32)
+//! 24     4  sealed backward layers (u32)
+//! 28     4  held partitions H (u32)
+//! 32     8  tag (u64: the owner's name for the store, a cluster job id)
+//! 40    4H  the held partitions (u32 each, increasing)
+//! 40+4H  8  xxh3-64 of every byte before it
 //! ```
 
 use crate::engine::partition::{first_common, subtract_sorted, PartitionStore, StoreBytes};
@@ -61,8 +67,9 @@ use xxhash_rust::xxh3::xxh3_64;
 
 const MANIFEST_MAGIC: [u8; 8] = *b"SKMANIF\0";
 /// Manifest version written and accepted.
-pub const MANIFEST_VERSION: u32 = 1;
-const MANIFEST_LEN: usize = 40;
+pub const MANIFEST_VERSION: u32 = 2;
+/// Bytes of a manifest before its list of held partitions.
+const MANIFEST_HEAD: usize = 40;
 /// Name of the manifest file inside a durable store's directory.
 pub const MANIFEST_NAME: &str = "manifest";
 /// Keys per chunk when streaming a RAM layer to the engine.
@@ -127,6 +134,12 @@ pub struct DiskOptions {
     /// Write and fsync every layer and keep a manifest, so that
     /// [`DiskStore::open`] can resume after the last sealed layer.
     pub durable: bool,
+    /// The partitions this store holds keys of (a cluster worker's own); all
+    /// when `None`. A durable store writes files for these only.
+    pub held: Option<Vec<usize>>,
+    /// What the manifest names the store after; [`DiskStore::open`] refuses
+    /// a store with another tag.
+    pub tag: u64,
     /// Most shard readers (file descriptors) kept open at once.
     pub max_open_shards: usize,
     /// Shared disk accounting (e.g. with the exchange); a private one if `None`.
@@ -139,6 +152,8 @@ impl Default for DiskOptions {
             memory_bytes: 0,
             policy: SpillPolicy::KeepOldest,
             durable: false,
+            held: None,
+            tag: 0,
             max_open_shards: default_max_open_shards(),
             usage: None,
         }
@@ -462,18 +477,37 @@ impl<K: StateKey> DiskStore<K> {
     }
 
     /// Reopens a durable store from its manifest: the sealed layers of both
-    /// sides, each shard checked (header, index, and that it is the shard of that
-    /// side, layer and partition). Files of layers past the last seal (an
-    /// interrupted step) are removed.
-    pub fn open(dir: &Path, mut opts: DiskOptions) -> Result<Self, StorageError> {
+    /// sides (or the first `keep[side]` of them), each shard checked (header,
+    /// index, and that it is the shard of that side, layer and partition). Files
+    /// of layers past those (an interrupted step) are removed. `opts.tag` and
+    /// `opts.held` (when given) must be the manifest's.
+    pub fn open(dir: &Path, mut opts: DiskOptions, keep: Option<[usize; 2]>) -> Result<Self, StorageError> {
         opts.durable = true;
         let path = dir.join(MANIFEST_NAME);
         let m = read_manifest(&path, K::LIMBS)?;
+        let bad = |reason: String| StorageError::BadManifest { path: path.clone(), reason };
+        if m.tag != opts.tag {
+            return Err(bad(format!("the store is tagged {}, opened as {}", m.tag, opts.tag)));
+        }
+        if opts.held.as_ref().is_some_and(|h| *h != m.held) {
+            return Err(bad(format!("the store holds partitions {:?}, opened for {:?}", m.held, opts.held)));
+        }
+        opts.held = Some(m.held.clone());
+        let mut sealed = m.sealed;
+        if let Some(keep) = keep {
+            for side in [Side::Forward, Side::Backward] {
+                let (have, want) = (m.sealed[side.index()], keep[side.index()]);
+                if want > have {
+                    return Err(bad(format!("{have} {} layers are sealed, {want} are needed", side.name())));
+                }
+                sealed[side.index()] = want;
+            }
+        }
         let store = Self::empty(dir, m.partitions, opts);
         for side in [Side::Forward, Side::Backward] {
-            let sealed = m.sealed[side.index()];
+            let sealed = sealed[side.index()];
             for layer in 0..sealed {
-                for p in 0..m.partitions {
+                for &p in &m.held {
                     let file = FileName { first: layer, last: layer };
                     let r = ShardReader::<K>::open(&file.path(dir, side, p))?;
                     store.check_meta(r.path(), r.meta(), side, layer, p)?;
@@ -492,7 +526,28 @@ impl<K: StateKey> DiskStore<K> {
             store.sealed[side.index()].store(sealed, Ordering::Release);
             store.remove_stale_layers(side, sealed)?;
         }
+        if sealed != m.sealed {
+            store.write_manifest()?;
+        }
         Ok(store)
+    }
+
+    /// An empty layer of a partition this store does not hold is nothing; keys
+    /// there would be lost at the next reopen, so they are refused.
+    fn refuse_unheld(&self, side: Side, p: usize, keys: usize) -> Result<(), SeamError> {
+        if keys == 0 {
+            return Ok(());
+        }
+        Err(StorageError::Misplaced {
+            path: shard_path(&self.dir, side, self.layers(side), p),
+            reason: format!("{keys} keys for partition {p}, which this store does not hold"),
+        }
+        .into())
+    }
+
+    /// Does this store hold keys of partition `p`?
+    fn holds(&self, p: usize) -> bool {
+        self.opts.held.as_ref().is_none_or(|h| h.binary_search(&p).is_ok())
     }
 
     /// Deletes `L{n}` directories with `n >= sealed` and leftover temporaries.
@@ -868,15 +923,24 @@ impl<K: StateKey> DiskStore<K> {
     }
 
     fn write_manifest(&self) -> Result<(), StorageError> {
-        let mut b = [0u8; MANIFEST_LEN];
-        b[0..8].copy_from_slice(&MANIFEST_MAGIC);
-        b[8..12].copy_from_slice(&MANIFEST_VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(K::LIMBS as u32).to_le_bytes());
-        b[16..20].copy_from_slice(&(self.parts.len() as u32).to_le_bytes());
-        b[20..24].copy_from_slice(&(self.layers(Side::Forward) as u32).to_le_bytes());
-        b[24..28].copy_from_slice(&(self.layers(Side::Backward) as u32).to_le_bytes());
-        let h = xxh3_64(&b[..32]);
-        b[32..40].copy_from_slice(&h.to_le_bytes());
+        let held: Vec<usize> = match &self.opts.held {
+            Some(h) => h.clone(),
+            None => (0..self.parts.len()).collect(),
+        };
+        let mut b = Vec::with_capacity(MANIFEST_HEAD + 4 * held.len() + 8);
+        b.extend_from_slice(&MANIFEST_MAGIC);
+        b.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());
+        b.extend_from_slice(&(K::LIMBS as u32).to_le_bytes());
+        b.extend_from_slice(&(self.parts.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(self.layers(Side::Forward) as u32).to_le_bytes());
+        b.extend_from_slice(&(self.layers(Side::Backward) as u32).to_le_bytes());
+        b.extend_from_slice(&(held.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.opts.tag.to_le_bytes());
+        for p in held {
+            b.extend_from_slice(&(p as u32).to_le_bytes());
+        }
+        let h = xxh3_64(&b);
+        b.extend_from_slice(&h.to_le_bytes());
         let path = self.dir.join(MANIFEST_NAME);
         let tmp = self.dir.join(format!("{MANIFEST_NAME}.tmp"));
         let mut f = fs::File::create(&tmp).map_err(io(&tmp, "creating"))?;
@@ -902,10 +966,13 @@ fn probe<K: StateKey>(r: &Reader<K>, keys: &[K], mut hit: impl FnMut(usize, u8))
 }
 
 /// What a manifest records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
     pub partitions: usize,
     pub sealed: [usize; 2],
+    pub tag: u64,
+    /// The partitions the store holds, increasing.
+    pub held: Vec<usize>,
 }
 
 fn le_u32(b: &[u8], at: usize) -> u32 {
@@ -914,32 +981,45 @@ fn le_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(a)
 }
 
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
 /// Reads and checks a store manifest for `limbs`-limb keys.
 pub fn read_manifest(path: &Path, limbs: usize) -> Result<Manifest, StorageError> {
     let b = fs::read(path).map_err(io(path, "reading"))?;
     let bad = |reason: String| StorageError::BadManifest { path: path.to_path_buf(), reason };
-    if b.len() < MANIFEST_LEN {
-        return Err(StorageError::Truncated {
-            path: path.to_path_buf(),
-            expected: MANIFEST_LEN as u64,
-            found: b.len() as u64,
-        });
-    }
-    if b.len() > MANIFEST_LEN {
-        return Err(bad(format!("{} bytes, a manifest has {MANIFEST_LEN}", b.len())));
+    let truncated = |expected: usize| StorageError::Truncated {
+        path: path.to_path_buf(),
+        expected: expected as u64,
+        found: b.len() as u64,
+    };
+    if b.len() < MANIFEST_HEAD + 8 {
+        return Err(truncated(MANIFEST_HEAD + 8));
     }
     if b[0..8] != MANIFEST_MAGIC {
         return Err(bad("bad magic bytes".into()));
     }
-    let mut h = [0u8; 8];
-    h.copy_from_slice(&b[32..40]);
-    let (stored, computed) = (u64::from_le_bytes(h), xxh3_64(&b[..32]));
-    if stored != computed {
-        return Err(bad(format!("checksum mismatch: stored {stored:#018x}, contents hash to {computed:#018x}")));
-    }
     let version = le_u32(&b, 8);
     if version != MANIFEST_VERSION {
         return Err(bad(format!("version {version} is not supported (this build reads version {MANIFEST_VERSION})")));
+    }
+    let held_len = le_u32(&b, 28) as usize;
+    let len = MANIFEST_HEAD + 4 * held_len + 8;
+    if held_len > 1 << 16 {
+        return Err(bad(format!("{held_len} held partitions is more than a store has")));
+    }
+    if b.len() < len {
+        return Err(truncated(len));
+    }
+    if b.len() > len {
+        return Err(bad(format!("{} bytes, a manifest of {held_len} partitions has {len}", b.len())));
+    }
+    let (stored, computed) = (le_u64(&b, len - 8), xxh3_64(&b[..len - 8]));
+    if stored != computed {
+        return Err(bad(format!("checksum mismatch: stored {stored:#018x}, contents hash to {computed:#018x}")));
     }
     let found = le_u32(&b, 12) as usize;
     if found != limbs {
@@ -949,7 +1029,11 @@ pub fn read_manifest(path: &Path, limbs: usize) -> Result<Manifest, StorageError
     if !partitions.is_power_of_two() || partitions > 1 << 16 {
         return Err(bad(format!("{partitions} partitions is not a power of two up to 65536")));
     }
-    Ok(Manifest { partitions, sealed: [le_u32(&b, 20) as usize, le_u32(&b, 24) as usize] })
+    let held: Vec<usize> = (0..held_len).map(|i| le_u32(&b, MANIFEST_HEAD + 4 * i) as usize).collect();
+    if held.windows(2).any(|w| w[0] >= w[1]) || held.last().is_some_and(|&p| p >= partitions) {
+        return Err(bad(format!("held partitions {held:?} are not increasing partitions of {partitions}")));
+    }
+    Ok(Manifest { partitions, sealed: [le_u32(&b, 20) as usize, le_u32(&b, 24) as usize], tag: le_u64(&b, 32), held })
 }
 
 impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
@@ -1091,6 +1175,9 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
     }
 
     fn push_layer(&self, side: Side, partition: usize, mut keys: Vec<K>) -> Result<(), SeamError> {
+        if !self.holds(partition) {
+            return self.refuse_unheld(side, partition, keys.len());
+        }
         keys.shrink_to_fit();
         let s = side.index();
         let layer = self.layers(side);
@@ -1120,6 +1207,9 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
     }
 
     fn append_layer(&self, side: Side, partition: usize, keys: Vec<K>) -> Result<(), SeamError> {
+        if !self.holds(partition) {
+            return self.refuse_unheld(side, partition, keys.len());
+        }
         let s = side.index();
         let mut g = self.part(partition);
         let part = &mut *g;
@@ -1193,7 +1283,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             }
             match g.pending[s].take() {
                 Some(run) => g.runs[s].push(run),
-                None if self.opts.durable => {
+                None if self.opts.durable && self.holds(p) => {
                     // a checkpoint has a file for every layer of every partition
                     let shard = self.write_layer(side, layer, p, &[])?;
                     let seq = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -1358,7 +1448,7 @@ mod tests {
             assert_same(&mem, &disk, parts, &probes);
             if durable {
                 drop(disk);
-                let reopened = DiskStore::<u64>::open(dir.path(), DiskOptions::default()).unwrap();
+                let reopened = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).unwrap();
                 assert_same(&mem, &reopened, parts, &probes);
             }
         }
@@ -1475,7 +1565,7 @@ mod tests {
         let e = DiskStore::<u64>::create(dir.path(), 8, DiskOptions::default()).err().unwrap();
         assert!(matches!(e, StorageError::BadManifest { .. }), "{e}");
 
-        let store = DiskStore::<u64>::open(dir.path(), DiskOptions::default()).unwrap();
+        let store = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).unwrap();
         assert_eq!(store.partitions(), 8);
         assert_eq!([store.layers(Side::Forward), store.layers(Side::Backward)], [3, 2]);
         assert!(!dir.path().join("f").join("L3").exists(), "the unsealed layer is gone");
@@ -1491,13 +1581,13 @@ mod tests {
         store.seal_layer(Side::Backward).unwrap();
         reference.seal_layer(Side::Backward).unwrap();
         drop(store);
-        let store =
-            DiskStore::<u64>::open(dir.path(), DiskOptions { memory_bytes: 0, ..DiskOptions::default() }).unwrap();
+        let store = DiskStore::<u64>::open(dir.path(), DiskOptions { memory_bytes: 0, ..DiskOptions::default() }, None)
+            .unwrap();
         assert_eq!(store.layers(Side::Backward), 3);
         assert_same(&reference, &store, parts, &probes);
 
         // opened for the wrong key width
-        let e = DiskStore::<u128>::open(dir.path(), DiskOptions::default()).err().unwrap();
+        let e = DiskStore::<u128>::open(dir.path(), DiskOptions::default(), None).err().unwrap();
         assert!(matches!(e, StorageError::BadManifest { ref reason, .. } if reason.contains("1-limb")), "{e}");
     }
 
@@ -1590,6 +1680,67 @@ mod tests {
         assert!(matches!(e, StorageError::Truncated { ref path, .. } if *path == victim), "{e}");
     }
 
+    /// A cluster worker's checkpoint: only its own partitions, tagged with its
+    /// job, reopened at fewer layers than were sealed (the coordinator's last
+    /// complete layer), and refused under another tag or partition set.
+    #[test]
+    fn held_partitions_reopen_at_the_layers_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let parts = Partitioner::new(4);
+        let held = vec![1, 3];
+        let opts = DiskOptions { durable: true, held: Some(held.clone()), tag: 77, ..DiskOptions::default() };
+        let layers = sample_layers();
+        let reference = MemStore::<u64>::new(4);
+        {
+            let store = DiskStore::<u64>::create(dir.path(), 4, opts.clone()).unwrap();
+            for (s, side) in SIDES.into_iter().enumerate() {
+                for (l, layer) in layers[s].iter().enumerate() {
+                    for (p, v) in split(layer, parts).into_iter().enumerate() {
+                        if held.contains(&p) {
+                            store.push_layer(side, p, v.clone()).unwrap();
+                            if l < 2 {
+                                reference.push_layer(side, p, v).unwrap();
+                            }
+                        } else {
+                            // the other partitions are another worker's: an
+                            // empty start is nothing, keys are refused
+                            store.push_layer(side, p, Vec::new()).unwrap();
+                            if !v.is_empty() {
+                                let e = StorageError::from_seam(store.push_layer(side, p, v).unwrap_err()).unwrap();
+                                assert!(matches!(e, StorageError::Misplaced { .. }), "{e}");
+                            }
+                        }
+                    }
+                    store.seal_layer(side).unwrap();
+                    if l < 2 {
+                        reference.seal_layer(side).unwrap();
+                    }
+                }
+            }
+            // no file for a partition it does not hold
+            assert!(!shard_path(dir.path(), Side::Forward, 0, 0).exists());
+            assert!(shard_path(dir.path(), Side::Forward, 0, 1).exists());
+        }
+        let other = DiskStore::<u64>::open(dir.path(), DiskOptions { tag: 78, ..opts.clone() }, None).err().unwrap();
+        assert!(matches!(other, StorageError::BadManifest { .. }), "{other}");
+        let wrong = DiskOptions { held: Some(vec![1, 2]), ..opts.clone() };
+        let e = DiskStore::<u64>::open(dir.path(), wrong, None).err().unwrap();
+        assert!(matches!(e, StorageError::BadManifest { .. }), "{e}");
+        let e = DiskStore::<u64>::open(dir.path(), opts.clone(), Some([4, 2])).err().unwrap();
+        assert!(
+            matches!(e, StorageError::BadManifest { ref reason, .. } if reason.contains("3 forward layers")),
+            "{e}"
+        );
+        let store = DiskStore::<u64>::open(dir.path(), opts.clone(), Some([2, 2])).unwrap();
+        assert_eq!([store.layers(Side::Forward), store.layers(Side::Backward)], [2, 2]);
+        let probes: Vec<u64> = (0..3000).map(|i| i * 331).filter(|k| held.contains(&parts.of(k))).collect();
+        assert_same(&reference, &store, parts, &probes);
+        drop(store);
+        // the dropped layer is gone for good: the manifest says two
+        let store = DiskStore::<u64>::open(dir.path(), opts, None).unwrap();
+        assert_eq!(store.layers(Side::Forward), 2);
+    }
+
     #[test]
     fn manifest_damage_is_named() {
         let dir = tempfile::tempdir().unwrap();
@@ -1601,25 +1752,38 @@ mod tests {
         }
         let path = dir.path().join(MANIFEST_NAME);
         let good = fs::read(&path).unwrap();
-        assert_eq!(read_manifest(&path, 1).unwrap(), Manifest { partitions: 4, sealed: [3, 2] });
-        for at in [0, 9, 17, 21, 33] {
+        assert_eq!(
+            read_manifest(&path, 1).unwrap(),
+            Manifest { partitions: 4, sealed: [3, 2], tag: 0, held: vec![0, 1, 2, 3] }
+        );
+        for at in 0..good.len() {
             let mut b = good.clone();
             b[at] ^= 1;
             fs::write(&path, &b).unwrap();
-            let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default()).err().unwrap();
-            assert!(matches!(e, StorageError::BadManifest { path: ref p, .. } if *p == path), "flip at {at}: {e}");
+            let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).err().unwrap();
+            // a flip in the partition count (bytes 28..32) says the file should
+            // be longer or shorter than it is: from the bytes alone that is a
+            // cut file, named as one
+            let named = match e {
+                StorageError::BadManifest { path: ref p, .. } => *p == path,
+                StorageError::Truncated { path: ref p, .. } => (28..32).contains(&at) && *p == path,
+                _ => false,
+            };
+            assert!(named, "flip at {at}: {e}");
         }
-        fs::write(&path, &good[..20]).unwrap();
-        let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default()).err().unwrap();
-        assert!(matches!(e, StorageError::Truncated { found: 20, .. }), "{e}");
+        for cut in 0..good.len() {
+            fs::write(&path, &good[..cut]).unwrap();
+            let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).err().unwrap();
+            assert!(matches!(e, StorageError::Truncated { found, .. } if found == cut as u64), "cut at {cut}: {e}");
+        }
         fs::remove_file(&path).unwrap();
-        let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default()).err().unwrap();
+        let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).err().unwrap();
         assert!(matches!(e, StorageError::Io { ref path, .. } if path.ends_with(MANIFEST_NAME)), "{e}");
         // a sealed layer's shard missing at reopen
         fs::write(&path, &good).unwrap();
         let victim = shard_path(dir.path(), Side::Backward, 1, 2);
         fs::remove_file(&victim).unwrap();
-        let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default()).err().unwrap();
+        let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).err().unwrap();
         assert!(matches!(e, StorageError::Io { ref path, .. } if *path == victim), "{e}");
     }
 

@@ -1,13 +1,13 @@
 //! One job on one worker: the problem, the partitions this worker owns (their
-//! layers in a [`PartitionStore`], delivered successors in a [`LocalExchange`]),
-//! the step fence, and the checkpoint of every sealed layer in the data dir
-//! (shard files plus a manifest). Generic over the key type; [`WorkerJob`] is the
+//! layers in a durable [`DiskStore`], which is also the checkpoint: every sealed
+//! layer's shard files plus a manifest in the data dir, written once), delivered
+//! successors in a [`LocalExchange`], and the step fence. Generic over the key type; [`WorkerJob`] is the
 //! key-free face the gRPC service talks to. Every method here may compute: the
 //! service calls the heavy ones through `run_cpu`.
 
 use super::super::codec::{decode_batch, encode_batch, keys_from_bytes, keys_to_bytes};
 use super::super::proto::{ExpandReply, KeyBatch, MergeReply, SealReply};
-use super::super::{persist, ClusterError};
+use super::super::ClusterError;
 use crate::engine::kpg::DeadlockTables;
 use crate::engine::layer::{expand, merge};
 use crate::engine::partition::{Exchange, LocalExchange, PartitionStore, Partitioner, StoreBytes};
@@ -18,17 +18,13 @@ use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
 use crate::storage::budget::MemoryBudget;
 use crate::storage::disk::{DiskOptions, DiskStore};
-use crate::storage::{kdb, ShardMeta, ShardReader, ShardWriter};
+use crate::storage::{kdb, StorageError};
 use prost::Message;
-use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
-
-const MANIFEST_MAGIC: &[u8; 8] = b"SKCKPT\0\0";
-const MANIFEST_VERSION: u32 = 1;
 
 /// Who owns which partition: `owners[p]` indexes `nodes` and `addresses`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,17 +57,6 @@ pub struct JobSpec {
     /// The worker's memory budget (`--mem`) and its expand/merge threads.
     pub mem: u64,
     pub threads: usize,
-}
-
-/// The durable record of which layers a worker holds for a job.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct Manifest {
-    job_id: u64,
-    limbs: u32,
-    partitions: u32,
-    owned: Vec<u32>,
-    /// `layers[side][layer]`: (partition, key count) of every owned partition.
-    layers: [Vec<Vec<(u32, u64)>>; 2],
 }
 
 /// A bounded, failure-aware queue of batches to one peer's `Deliver` stream.
@@ -170,24 +155,14 @@ struct TypedJob<K: StateKey> {
     me: u32,
     node_id: String,
     mine: Vec<usize>,
-    /// Where this worker's layers live: a [`DiskStore`] that keeps them in RAM
-    /// within the worker's budget and spills the rest to `dir/store`. Durability
-    /// is the checkpoint's job (shard files + manifest per sealed layer), so the
-    /// store itself is not durable and is rebuilt from the checkpoint on resume.
+    /// Where this worker's layers live, and its checkpoint: a durable
+    /// [`DiskStore`] in `dir/store` holding the owned partitions, tagged with
+    /// the job. It writes every layer (and keeps it in RAM while the worker's
+    /// budget lasts) and a manifest at every seal, so a restarted worker
+    /// reopens it at the coordinator's last complete layer.
     store: Box<dyn PartitionStore<K>>,
     exchange: LocalExchange<K>,
     step: Mutex<StepState>,
-    dir: PathBuf,
-    manifest: Mutex<Manifest>,
-}
-
-fn shard_path(dir: &Path, side: Side, layer: usize, partition: usize) -> PathBuf {
-    let s = if side == Side::Forward { 'f' } else { 'b' };
-    dir.join(format!("{s}-{layer:05}-p{partition:05}.shard"))
-}
-
-fn manifest_path(dir: &Path) -> PathBuf {
-    dir.join("manifest")
 }
 
 impl<K: StateKey> TypedJob<K> {
@@ -199,11 +174,6 @@ impl<K: StateKey> TypedJob<K> {
         if spec.want == [0, 0] && dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| ClusterError::io(format!("clearing {}", dir.display()), e))?;
         }
-        let store_dir = dir.join("store");
-        if store_dir.exists() {
-            std::fs::remove_dir_all(&store_dir)
-                .map_err(|e| ClusterError::io(format!("clearing {}", store_dir.display()), e))?;
-        }
         // the store's share of the budget, spread over the partitions held here
         // (the store divides its budget by the partition count of the whole job)
         let budget = MemoryBudget::new(spec.mem, spec.threads, K::LIMBS * 8);
@@ -211,36 +181,28 @@ impl<K: StateKey> TypedJob<K> {
             0 => 0,
             n => budget.store_bytes().saturating_mul(parts as u64) / n as u64,
         };
-        let store: Box<dyn PartitionStore<K>> = Box::new(DiskStore::<K>::create(
-            &store_dir,
-            parts,
-            DiskOptions { memory_bytes: share, ..DiskOptions::default() },
-        )?);
-        let manifest = if spec.want == [0, 0] {
-            std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io(format!("creating {}", dir.display()), e))?;
-            Manifest {
-                job_id: spec.job_id,
-                limbs: K::LIMBS as u32,
-                partitions: parts as u32,
-                owned: mine.iter().map(|&p| p as u32).collect(),
-                layers: [Vec::new(), Vec::new()],
-            }
-        } else {
-            restore::<K>(&spec, &mine, &*store)?
+        let opts = DiskOptions {
+            memory_bytes: share,
+            durable: true,
+            held: Some(mine.clone()),
+            tag: spec.job_id,
+            ..DiskOptions::default()
         };
-        persist::write(&manifest_path(&dir), MANIFEST_MAGIC, MANIFEST_VERSION, &manifest)?;
-        // drop shards of layers past the ones kept (an interrupted step's)
-        if let Ok(rd) = std::fs::read_dir(&dir) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let keep = parse_shard_name(&name).is_some_and(|(side, layer, p)| {
-                    layer < manifest.layers[side.index()].len() && manifest.owned.contains(&(p as u32))
-                });
-                if name.ends_with(".shard") && !keep || name.ends_with(".tmp") {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
-        }
+        let store_dir = dir.join("store");
+        let store = if spec.want == [0, 0] {
+            DiskStore::<K>::create(&store_dir, parts, opts)?
+        } else {
+            DiskStore::<K>::open(&store_dir, opts, Some(spec.want)).map_err(|e| {
+                ClusterError::DataLoss(format!(
+                    "worker {} cannot resume job {} from {}: {}; the data is gone",
+                    spec.node_id,
+                    spec.job_id,
+                    dir.display(),
+                    checkpoint_trouble(&e)
+                ))
+            })?
+        };
+        let store: Box<dyn PartitionStore<K>> = Box::new(store);
         Ok(TypedJob {
             id: spec.job_id,
             phase: spec.phase,
@@ -253,8 +215,6 @@ impl<K: StateKey> TypedJob<K> {
             store,
             exchange: LocalExchange::new(parts),
             step: Mutex::new(StepState { id: 0, cancel: Arc::new(AtomicBool::new(false)) }),
-            dir,
-            manifest: Mutex::new(manifest),
         })
     }
 
@@ -279,132 +239,16 @@ impl<K: StateKey> TypedJob<K> {
         }
         Ok(())
     }
-
-    /// Writes the sealed `layer` of `side` for every owned partition, then the
-    /// manifest that makes it count.
-    fn checkpoint(&self, side: Side, layer: usize) -> Result<(), ClusterError> {
-        let counts: Vec<(u32, u64)> = self
-            .mine
-            .par_iter()
-            .map(|&p| -> Result<(u32, u64), ClusterError> {
-                if self.store.layer_len(side, layer, p) == 0 {
-                    return Ok((p as u32, 0)); // an empty partition needs no file (and no fsync)
-                }
-                let path = shard_path(&self.dir, side, layer, p);
-                let meta = ShardMeta { side: side.index() as u8, partition: p as u32, layer: layer as u32 };
-                let mut w = ShardWriter::<K>::create(&path, meta)?;
-                self.store.for_each_chunk(side, layer, p, &mut |chunk| {
-                    for &k in chunk {
-                        w.push(k)?;
-                    }
-                    Ok(())
-                })?;
-                let info = w.finish()?;
-                Ok((p as u32, info.keys))
-            })
-            .collect::<Result<_, _>>()?;
-        let mut m = self.manifest.lock().unwrap_or_else(|e| e.into_inner());
-        let layers = &mut m.layers[side.index()];
-        if layers.len() != layer {
-            return Err(ClusterError::Internal(format!(
-                "checkpoint of {} layer {layer} but the manifest holds {} layers",
-                side.name(),
-                layers.len()
-            )));
-        }
-        layers.push(counts);
-        persist::write(&manifest_path(&self.dir), MANIFEST_MAGIC, MANIFEST_VERSION, &*m)
-    }
 }
 
-fn parse_shard_name(name: &str) -> Option<(Side, usize, usize)> {
-    let stem = name.strip_suffix(".shard")?;
-    let mut it = stem.split('-');
-    let side = match it.next()? {
-        "f" => Side::Forward,
-        "b" => Side::Backward,
-        _ => return None,
-    };
-    let layer = it.next()?.parse().ok()?;
-    let p = it.next()?.strip_prefix('p')?.parse().ok()?;
-    Some((side, layer, p))
-}
-
-/// Loads `spec.want` layers of the owned partitions from the checkpoint.
-fn restore<K: StateKey>(
-    spec: &JobSpec,
-    mine: &[usize],
-    store: &dyn PartitionStore<K>,
-) -> Result<Manifest, ClusterError> {
-    let gone = |why: String| {
-        ClusterError::DataLoss(format!(
-            "worker {} cannot resume job {} from {}: {why}; the data is gone",
-            spec.node_id,
-            spec.job_id,
-            spec.dir.display()
-        ))
-    };
-    let mut m: Manifest = persist::read(&manifest_path(&spec.dir), MANIFEST_MAGIC, MANIFEST_VERSION)?
-        .ok_or_else(|| gone("no checkpoint".into()))?;
-    if m.job_id != spec.job_id || m.limbs != K::LIMBS as u32 || m.partitions as usize != spec.table.owners.len() {
-        return Err(gone(format!(
-            "the checkpoint is of job {} ({} partitions, {}-limb keys)",
-            m.job_id, m.partitions, m.limbs
-        )));
-    }
-    for &p in mine {
-        if !m.owned.contains(&(p as u32)) {
-            return Err(gone(format!("partition {p} was never held here")));
+/// Why a checkpoint cannot be reopened, in words for the data-loss message.
+fn checkpoint_trouble(e: &StorageError) -> String {
+    match e {
+        StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            format!("no checkpoint ({e})")
         }
+        other => other.to_string(),
     }
-    for side in [Side::Forward, Side::Backward] {
-        let want = spec.want[side.index()];
-        let have = m.layers[side.index()].len();
-        if have < want {
-            return Err(gone(format!("{have} {} layers are checkpointed, the job needs {want}", side.name())));
-        }
-        for layer in 0..want {
-            let counts = &m.layers[side.index()][layer];
-            let loaded: Vec<(usize, Vec<K>)> = mine
-                .par_iter()
-                .map(|&p| -> Result<(usize, Vec<K>), ClusterError> {
-                    let expect = counts
-                        .iter()
-                        .find(|c| c.0 as usize == p)
-                        .map(|c| c.1)
-                        .ok_or_else(|| gone(format!("{} layer {layer} lacks partition {p}", side.name())))?;
-                    if expect == 0 {
-                        return Ok((p, Vec::new()));
-                    }
-                    let path = shard_path(&spec.dir, side, layer, p);
-                    let r = ShardReader::<K>::open(&path).map_err(|e| gone(e.to_string()))?;
-                    let meta = r.meta();
-                    if meta.side as usize != side.index()
-                        || meta.layer as usize != layer
-                        || meta.partition as usize != p
-                    {
-                        return Err(gone(format!("{} is not the shard it is named after", path.display())));
-                    }
-                    let keys = r.read_all().map_err(|e| gone(e.to_string()))?;
-                    if keys.len() as u64 != expect {
-                        return Err(gone(format!(
-                            "{} holds {} keys, the manifest {expect}",
-                            path.display(),
-                            keys.len()
-                        )));
-                    }
-                    Ok((p, keys))
-                })
-                .collect::<Result<_, _>>()?;
-            for (p, keys) in loaded {
-                store.push_layer(side, p, keys)?;
-            }
-            store.seal_layer(side)?;
-        }
-        m.layers[side.index()].truncate(want);
-    }
-    m.owned = mine.iter().map(|&p| p as u32).collect();
-    Ok(m)
 }
 
 impl<K: StateKey> WorkerJob for TypedJob<K> {
@@ -475,8 +319,8 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
             n += v.len() as u64;
             self.store.push_layer(side, p, v)?;
         }
+        // sealing a durable store is the checkpoint
         self.store.seal_layer(side)?;
-        self.checkpoint(side, 0)?;
         Ok(n)
     }
 
@@ -551,8 +395,8 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
                 self.store.layers(side)
             )));
         }
+        // sealing a durable store is the checkpoint
         self.store.seal_layer(side)?;
-        self.checkpoint(side, layer)?;
         let b = self.bytes();
         Ok(SealReply { memory_bytes: b.memory, disk_bytes: b.disk })
     }
