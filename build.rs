@@ -6,10 +6,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // build scripts run single-threaded before the crate compiles
     std::env::set_var("PROTOC", protoc);
     println!("cargo:rerun-if-changed=proto/sokoshard.proto");
-    tonic_prost_build::configure()
-        // the coordinator's job log stores these as they are
-        .type_attribute("sokoshard.v1.SolveResult", "#[derive(serde::Serialize, serde::Deserialize)]")
-        .type_attribute("sokoshard.v1.JobOptions", "#[derive(serde::Serialize, serde::Deserialize)]")
-        .compile_protos(&["proto/sokoshard.proto"], &["proto"])?;
+    // plain prost types: they never leave src/cluster, and the job log keeps
+    // the project's own types (cluster::coordinator::record)
+    tonic_prost_build::configure().compile_protos(&["proto/sokoshard.proto"], &["proto"])?;
     Ok(())
 }

@@ -5,8 +5,6 @@
 use super::cluster::NetArgs;
 use super::{EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
-use sokoshard::cluster::proto::{HelloRequest, ListWorkersRequest};
-use sokoshard::cluster::PROTOCOL_VERSION;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -32,26 +30,7 @@ pub fn run(a: HealthArgs) -> Result<ExitCode> {
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
     let limit = Duration::from_secs_f64(a.timeout);
-    let answer: Result<String, String> = rt.block_on(async {
-        if a.worker {
-            let mut c = net.worker_client(&a.addr).map_err(|e| e.to_string())?;
-            let r = tokio::time::timeout(limit, c.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }))
-                .await
-                .map_err(|_| format!("no answer within {} s", a.timeout))?
-                .map_err(|s| format!("{}: {}", s.code(), s.message()))?
-                .into_inner();
-            Ok(format!("worker {} (protocol {})", r.node_id, r.protocol_version))
-        } else {
-            let mut c = net.coordinator_client(&a.addr).map_err(|e| e.to_string())?;
-            let r = tokio::time::timeout(limit, c.list_workers(ListWorkersRequest {}))
-                .await
-                .map_err(|_| format!("no answer within {} s", a.timeout))?
-                .map_err(|s| format!("{}: {}", s.code(), s.message()))?
-                .into_inner();
-            let alive = r.workers.iter().filter(|w| w.alive).count();
-            Ok(format!("coordinator with {alive} of {} workers alive", r.workers.len()))
-        }
-    });
+    let answer = rt.block_on(sokoshard::cluster::client::health(&net, &a.addr, a.worker, limit));
     match answer {
         Ok(line) => {
             println!("ok: {} {line}", a.addr);

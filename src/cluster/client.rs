@@ -88,7 +88,7 @@ fn state_name(s: i32) -> &'static str {
 }
 
 /// The report a finished job carries, in the form `solve` prints.
-pub fn report_of(r: &SolveResult) -> SolveReport {
+fn report_of(r: &SolveResult) -> SolveReport {
     let status = match r.status.as_str() {
         "solved" => Status::Solved,
         "unsolvable" => Status::Unsolvable,
@@ -318,5 +318,31 @@ impl Client {
                 }
             })
             .collect())
+    }
+}
+
+/// Asks a node one cheap, authenticated question: a coordinator for its
+/// workers, a worker (`worker`) for its identity. The answer in words, or why
+/// there was none within `limit`.
+pub async fn health(net: &NetConfig, addr: &str, worker: bool, limit: Duration) -> Result<String, String> {
+    let late = || format!("no answer within {} s", limit.as_secs_f64());
+    let refused = |s: tonic::Status| format!("{}: {}", s.code(), s.message());
+    if worker {
+        let mut c = net.worker_client(addr).map_err(|e| e.to_string())?;
+        let r = tokio::time::timeout(limit, c.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }))
+            .await
+            .map_err(|_| late())?
+            .map_err(refused)?
+            .into_inner();
+        Ok(format!("worker {} (protocol {})", r.node_id, r.protocol_version))
+    } else {
+        let mut c = net.coordinator_client(addr).map_err(|e| e.to_string())?;
+        let r = tokio::time::timeout(limit, c.list_workers(ListWorkersRequest {}))
+            .await
+            .map_err(|_| late())?
+            .map_err(refused)?
+            .into_inner();
+        let alive = r.workers.iter().filter(|w| w.alive).count();
+        Ok(format!("coordinator with {alive} of {} workers alive", r.workers.len()))
     }
 }

@@ -13,9 +13,11 @@ pub mod net;
 pub mod persist;
 pub mod worker;
 
-/// The generated protocol types and service stubs.
+/// The generated protocol types and service stubs. Private to the cluster room:
+/// everything outside it speaks the project's own types (the client's views,
+/// the job log's records, the engine's reports).
 #[allow(clippy::all)]
-pub mod proto {
+pub(crate) mod proto {
     tonic::include_proto!("sokoshard.v1");
 }
 

@@ -105,21 +105,21 @@ impl NetConfig {
         Ok(ep.connect_lazy())
     }
 
-    pub fn coordinator_client(&self, addr: &str) -> Result<CoordinatorRpc, ClusterError> {
+    pub(crate) fn coordinator_client(&self, addr: &str) -> Result<CoordinatorRpc, ClusterError> {
         Ok(CoordinatorClient::with_interceptor(self.channel(addr)?, AttachToken::new(&self.token)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
-    pub fn worker_client(&self, addr: &str) -> Result<WorkerRpc, ClusterError> {
+    pub(crate) fn worker_client(&self, addr: &str) -> Result<WorkerRpc, ClusterError> {
         Ok(WorkerClient::with_interceptor(self.channel(addr)?, AttachToken::new(&self.token)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 }
 
-pub type CoordinatorRpc = CoordinatorClient<InterceptedService<Channel, AttachToken>>;
-pub type WorkerRpc = WorkerClient<InterceptedService<Channel, AttachToken>>;
+pub(crate) type CoordinatorRpc = CoordinatorClient<InterceptedService<Channel, AttachToken>>;
+pub(crate) type WorkerRpc = WorkerClient<InterceptedService<Channel, AttachToken>>;
 
 /// Client interceptor: attaches the cluster token to every call.
 #[derive(Clone)]

@@ -8,11 +8,11 @@ use crate::model::board::Board;
 use crate::model::key::KeyWidth;
 use crate::model::rules::BoxMove;
 use crate::model::solution::pushes_to_lurd;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// How a solve ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Solved,
@@ -35,7 +35,7 @@ impl Status {
 }
 
 /// What a budgeted (disk-backed) solve used.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StorageReport {
     pub memory_budget_bytes: u64,
     /// Partitions used (the budget may raise the requested count).
@@ -57,7 +57,7 @@ pub struct StorageReport {
 }
 
 /// The result of solving one level.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SolveReport {
     pub status: Status,
     pub pushes: Option<usize>,

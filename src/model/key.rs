@@ -49,7 +49,7 @@ pub struct KeySpace {
 }
 
 /// The key widths sokoshard instantiates the engine for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum KeyWidth {
     U64,
     U128,

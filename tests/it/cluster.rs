@@ -5,9 +5,10 @@
 //! Every wait is bounded and every child is killed by a guard.
 
 use crate::common::{repo, truth};
+use crate::wire::coordinator_client::CoordinatorClient;
+use crate::wire::worker_client::WorkerClient;
+use crate::wire::*;
 use sokoshard::cluster::net::{AttachToken, NetConfig, TlsFiles};
-use sokoshard::cluster::proto::coordinator_client::CoordinatorClient;
-use sokoshard::cluster::proto::*;
 use sokoshard::cluster::PROTOCOL_VERSION;
 use sokoshard::model::level::split_collection;
 use sokoshard::model::solution::verify;
@@ -16,6 +17,21 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sokoshard");
+
+type Intercepted = tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AttachToken>;
+
+/// A raw protocol client of a coordinator, as any foreign client would build
+/// one from `proto/sokoshard.proto`.
+fn coordinator(net: &NetConfig, addr: &str) -> CoordinatorClient<Intercepted> {
+    let token = AttachToken::new(&net.token).unwrap();
+    CoordinatorClient::with_interceptor(net.channel(addr).unwrap(), token).max_decoding_message_size(16 << 20)
+}
+
+/// A raw protocol client of a worker.
+fn worker(net: &NetConfig, addr: &str) -> WorkerClient<Intercepted> {
+    let token = AttachToken::new(&net.token).unwrap();
+    WorkerClient::with_interceptor(net.channel(addr).unwrap(), token).max_decoding_message_size(16 << 20)
+}
 const MICROBAN: &str = "levels/Microban_155.xsb";
 const TOKEN: &str = "test-token";
 
@@ -420,7 +436,7 @@ fn wrong_or_missing_tokens_and_other_protocol_versions_are_refused() {
         let e = raw.list_jobs(ListJobsRequest {}).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
         // the right token, another protocol version
-        let mut ok = NetConfig::new(TOKEN).coordinator_client(&addr).unwrap();
+        let mut ok = coordinator(&NetConfig::new(TOKEN), &addr);
         let e = ok
             .join(JoinRequest {
                 protocol_version: PROTOCOL_VERSION + 1,
@@ -455,7 +471,7 @@ fn malformed_and_oversized_requests_get_error_statuses() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async move {
         let net = NetConfig::new(TOKEN);
-        let mut co = net.coordinator_client(&addr).unwrap();
+        let mut co = coordinator(&net, &addr);
         let submit =
             |text: String| SubmitRequest { protocol_version: PROTOCOL_VERSION, level_text: text, ..Default::default() };
         // bad level text
@@ -477,7 +493,7 @@ fn malformed_and_oversized_requests_get_error_statuses() {
         r.options = Some(JobOptions { partitions: 3, ..Default::default() });
         assert_eq!(co.submit(r).await.unwrap_err().code(), tonic::Code::InvalidArgument);
         // a worker, called directly: a job with this worker owning half the partitions
-        let mut w = net.worker_client(&waddr).unwrap();
+        let mut w = worker(&net, &waddr);
         let hello = w.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }).await.unwrap().into_inner();
         let table = PartitionTable {
             nodes: vec![hello.node_id.clone(), "w-other".into()],
@@ -556,7 +572,7 @@ fn tls_cluster_solves_and_plain_clients_are_turned_away() {
     rt.block_on(async move {
         let mut net = NetConfig::new(TOKEN);
         net.tls = Some(TlsFiles { ca: Some(cert.clone()), ..Default::default() });
-        let mut co = net.coordinator_client(&addr).unwrap();
+        let mut co = coordinator(&net, &addr);
         co.list_workers(ListWorkersRequest {}).await.unwrap();
     });
 }

@@ -9,3 +9,4 @@ mod engine;
 mod kpg;
 mod rules;
 mod storage;
+mod wire;

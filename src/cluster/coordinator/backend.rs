@@ -15,7 +15,7 @@ use super::super::codec::keys_to_bytes;
 use super::super::net::{rpc_err, WorkerRpc};
 use super::super::proto::*;
 use super::super::{side_to, ClusterError, PROTOCOL_VERSION};
-use super::{JobRecord, Shared};
+use super::{JobRecord, Kind, Shared, State};
 use crate::engine::driver::{solve, Deployment, Observers, SolveSpec, TableSource};
 use crate::engine::kpg::{build_tables_with, DeadlockTables, KStats, KpgProgress, MAX_K};
 use crate::engine::partition::Partitioner;
@@ -71,7 +71,7 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     let fail = |msg: String| {
         tracing::warn!(job = id, error = %msg, "job failed");
         let _ = sh.update(id, true, |r| {
-            r.state = JobState::Failed as i32;
+            r.state = State::Failed;
             r.message = msg;
         });
     };
@@ -81,20 +81,18 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     };
     sh.set_running(id, true);
     let mut deployment = ClusterDeployment { sh: sh.clone(), id, rt: rt.clone(), stop: &stop, tables_reused: None };
-    if rec.kind == JobKind::Deadlocks as i32 {
+    if rec.kind == Kind::Deadlocks {
         let max_k = (rec.options.kpg as usize).min(MAX_K);
         let built = deployment.build_tables(&board, max_k, &stop, &NoProgress);
         sh.set_running(id, false);
         let (state, msg) = match (cancelled.load(Ordering::SeqCst), built) {
-            (true, _) => (JobState::Cancelled, "cancelled".to_string()),
+            (true, _) => (State::Cancelled, "cancelled".to_string()),
             (false, Err(e)) => return (fail(cluster_error(e).to_string()), unload_all(sh, id, rt)).1,
-            (false, Ok(None)) => {
-                (JobState::Failed, "stopped by its timeout before the tables were complete".to_string())
-            }
-            (false, Ok(Some(_))) => (JobState::Finished, format!("k-PG tables built for k = 1..{}", rec.options.kpg)),
+            (false, Ok(None)) => (State::Failed, "stopped by its timeout before the tables were complete".to_string()),
+            (false, Ok(Some(_))) => (State::Finished, format!("k-PG tables built for k = 1..{}", rec.options.kpg)),
         };
         let _ = sh.update(id, true, |r| {
-            r.state = state as i32;
+            r.state = state;
             r.message = msg;
         });
         return unload_all(sh, id, rt);
@@ -113,7 +111,7 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     let user_cancel = cancelled.load(Ordering::SeqCst);
     match out {
         Ok(report) => {
-            let state = if user_cancel { JobState::Cancelled } else { JobState::Finished };
+            let state = if user_cancel { State::Cancelled } else { State::Finished };
             tracing::info!(
                 job = id,
                 status = report.status.name(),
@@ -122,14 +120,14 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
                 "job done"
             );
             let _ = sh.update(id, true, |r| {
-                r.state = state as i32;
+                r.state = state;
                 r.message = if user_cancel { "cancelled".into() } else { String::new() };
-                r.result = Some(report_to_proto(&report));
+                r.result = Some(report.clone());
             });
         }
         Err(_) if user_cancel => {
             let _ = sh.update(id, true, |r| {
-                r.state = JobState::Cancelled as i32;
+                r.state = State::Cancelled;
                 r.message = "cancelled".into();
             });
         }
@@ -437,21 +435,21 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 self.sh.update(self.id, true, |r| {
                     r.nodes = nodes;
                     r.owners = owners;
-                    r.state = JobState::Running as i32;
+                    r.state = State::Running;
                     r.message.clear();
                 })?;
                 tracing::info!(job = self.id, workers = n, partitions = rec.options.partitions, "partitions assigned");
                 return Ok(());
             }
-            self.set_message(JobState::Queued, format!("waiting for workers: {} of {min} alive", alive.len()));
+            self.set_message(State::Queued, format!("waiting for workers: {} of {min} alive", alive.len()));
             std::thread::sleep(Duration::from_millis(200));
         }
     }
 
-    fn set_message(&self, state: JobState, msg: String) {
+    fn set_message(&self, state: State, msg: String) {
         let _ = self.sh.update(self.id, false, |r| {
-            if r.state != state as i32 || r.message != msg {
-                r.state = state as i32;
+            if r.state != state || r.message != msg {
+                r.state = state;
                 r.message = msg;
             }
         });
@@ -487,7 +485,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     tracing::warn!(job = self.id, missing = %who.join(", "), "job paused: waiting for workers");
                     self.paused = true;
                 }
-                self.set_message(JobState::Paused, format!("waiting for lost worker {} to come back", who.join(", ")));
+                self.set_message(State::Paused, format!("waiting for lost worker {} to come back", who.join(", ")));
                 self.loaded.iter_mut().for_each(|l| *l = 0);
                 std::thread::sleep(Duration::from_millis(200));
                 continue;
@@ -502,8 +500,8 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 }
             }
             if !changed && self.loaded.iter().all(|&l| l != 0) {
-                if self.sh.record(self.id).is_some_and(|r| r.state != JobState::Running as i32) {
-                    self.set_message(JobState::Running, String::new());
+                if self.sh.record(self.id).is_some_and(|r| r.state != State::Running) {
+                    self.set_message(State::Running, String::new());
                 }
                 return Ok(());
             }
@@ -518,7 +516,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     protocol_version: PROTOCOL_VERSION,
                     job_id: rec.id,
                     level_text: rec.level_text.clone(),
-                    options: Some(rec.options),
+                    options: Some(JobOptions::from(&rec.options)),
                     table: Some(table.clone()),
                     forward_layers: want[0],
                     backward_layers: want[1],
@@ -691,7 +689,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     self.paused = true;
                     tracing::warn!(job = self.id, error = %e, "{what} failed on a worker; the job pauses and retries from the last completed layer");
                     self.set_message(
-                        JobState::Paused,
+                        State::Paused,
                         format!(
                             "a worker failed ({e}); resuming from the last completed layer once every worker is back"
                         ),
@@ -762,7 +760,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
             return Ok(self.layers[side.index()].iter().sum());
         }
         if !self.phase.is_main() {
-            self.set_message(JobState::Running, format!("building k-PG tables: {} layer 0", self.phase.name));
+            self.set_message(State::Running, format!("building k-PG tables: {} layer 0", self.phase.name));
         }
         let mut per_node: Vec<Vec<K>> = vec![Vec::new(); self.nodes.len()];
         for k in keys {
@@ -791,7 +789,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
         let r = self.sh.update(self.id, true, |r| {
             r.layers = layers;
             r.stored += n;
-            r.last_side = side_to(side);
+            r.last_side = side;
         });
         r.map_err(|e| engine_error(e))?;
         Ok(n)
@@ -816,7 +814,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
         if !self.phase.is_main() {
             let msg =
                 format!("building k-PG tables: {} layer {}", self.phase.name, self.layers[side.index()].len() - 1);
-            self.set_message(JobState::Running, msg);
+            self.set_message(State::Running, msg);
             let _ = self.sh.update(self.id, false, |r| {
                 r.keys_exchanged += keys;
                 r.bytes_exchanged += bytes;
@@ -841,7 +839,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
             r.memory_bytes = out.memory_bytes;
             r.disk_bytes = out.disk_bytes;
             r.peak_memory_bytes = r.peak_memory_bytes.max(out.peak_memory_bytes);
-            r.last_side = side_to(side);
+            r.last_side = side;
             if meeting.is_some() {
                 r.meeting = meeting;
             }

@@ -4,6 +4,9 @@
 //! [`backend`] (the cluster's `LayerBackend`).
 
 pub mod backend;
+pub mod record;
+
+pub use record::{JobRecord, Kind, Settings, State};
 
 use super::net::{CheckToken, NetConfig, WorkerClients};
 use super::proto::coordinator_server::{Coordinator, CoordinatorServer};
@@ -23,7 +26,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 const LOG_MAGIC: &[u8; 8] = b"SKJOBLOG";
-const LOG_VERSION: u32 = 1;
+/// Version 2: the log keeps the project's own types, no protocol messages.
+const LOG_VERSION: u32 = 2;
 /// Partitions of a job that does not ask for a number.
 pub const DEFAULT_PARTITIONS: u32 = 64;
 
@@ -44,42 +48,6 @@ pub struct CoordinatorConfig {
     /// Test knob: sleep this long after each layer (makes small levels long
     /// enough to interrupt on purpose).
     pub layer_delay: Duration,
-}
-
-/// A job as the log keeps it.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct JobRecord {
-    pub id: u64,
-    pub kind: i32,
-    pub level_text: String,
-    pub title: String,
-    pub index: u32,
-    pub options: JobOptions,
-    pub state: i32,
-    pub message: String,
-    /// The partition table: `owners[p]` indexes `nodes` (node ids).
-    pub nodes: Vec<String>,
-    pub owners: Vec<u32>,
-    /// Sizes of the completed layers of each side.
-    pub layers: [Vec<u64>; 2],
-    pub stored: u64,
-    pub generated: u64,
-    pub expanded: u64,
-    pub keys_exchanged: u64,
-    pub bytes_exchanged: u64,
-    pub memory_bytes: u64,
-    pub disk_bytes: u64,
-    pub peak_memory_bytes: u64,
-    /// The side of the last completed layer.
-    pub last_side: i32,
-    /// Sides met: the key (limbs), its forward and backward depth.
-    pub meeting: Option<(Vec<u8>, usize, usize)>,
-    pub result: Option<SolveResult>,
-    /// Running time before the current run (across coordinator restarts).
-    pub seconds: f64,
-    /// Time spent building k-PG tables.
-    #[serde(default)]
-    pub kpg_seconds: f64,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Default)]
@@ -121,8 +89,13 @@ pub struct Shared {
     log_lock: Mutex<()>,
 }
 
-fn terminal(state: i32) -> bool {
-    state == JobState::Finished as i32 || state == JobState::Failed as i32 || state == JobState::Cancelled as i32
+fn terminal(state: State) -> bool {
+    matches!(state, State::Finished | State::Failed | State::Cancelled)
+}
+
+/// The same question of a status already in its protocol form.
+fn terminal_status(s: &JobStatus) -> bool {
+    [State::Finished, State::Failed, State::Cancelled].iter().any(|t| t.to_proto() == s.state)
 }
 
 impl Shared {
@@ -152,15 +125,14 @@ impl Shared {
         let r = &e.rec;
         let seconds = r.seconds + e.run_started.map_or(0.0, |s| s.elapsed().as_secs_f64());
         let front = |i: usize| r.layers[i].last().copied().unwrap_or(0);
-        let side = r.last_side;
         JobStatus {
             job_id: r.id,
-            kind: r.kind,
-            state: r.state,
+            kind: r.kind.to_proto(),
+            state: r.state.to_proto(),
             title: r.title.clone(),
             index: r.index,
-            side,
-            layer: r.layers[side as usize & 1].len().saturating_sub(1) as u32,
+            side: super::side_to(r.last_side),
+            layer: r.layers[r.last_side.index()].len().saturating_sub(1) as u32,
             frontier_forward: front(0),
             frontier_backward: front(1),
             stored: r.stored,
@@ -170,7 +142,7 @@ impl Shared {
             memory_bytes: r.memory_bytes,
             disk_bytes: r.disk_bytes,
             message: r.message.clone(),
-            result: r.result.clone(),
+            result: r.result.as_ref().map(backend::report_to_proto),
             keys_exchanged: r.keys_exchanged,
             bytes_exchanged: r.bytes_exchanged,
             forward_layers: r.layers[0].len() as u32,
@@ -264,8 +236,8 @@ impl CoordinatorService {
         let body: LogBody = persist::read(&cfg.data_dir.join("jobs.log"), LOG_MAGIC, LOG_VERSION)?.unwrap_or_default();
         let mut jobs = BTreeMap::new();
         for mut rec in body.jobs {
-            if !terminal(rec.state) && rec.state != JobState::Queued as i32 {
-                rec.state = JobState::Paused as i32;
+            if !terminal(rec.state) && rec.state != State::Queued {
+                rec.state = State::Paused;
                 rec.message = "coordinator restarted; resuming from the last completed layer".into();
                 tracing::info!(
                     job = rec.id,
@@ -406,12 +378,11 @@ impl Coordinator for CoordinatorService {
             ))
             .into());
         }
-        let kind = JobKind::try_from(r.kind)
-            .map_err(|_| ClusterError::InvalidArgument(format!("unknown job kind {}", r.kind)))?;
+        let kind = Kind::from_proto(r.kind)?;
         let level =
             parse_one(&r.level_text, "submitted level").map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
         Board::new(&level).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
-        let mut options = r.options.unwrap_or_default();
+        let mut options = Settings::from(r.options.unwrap_or_default());
         if options.partitions == 0 {
             options.partitions = DEFAULT_PARTITIONS;
         }
@@ -427,7 +398,7 @@ impl Coordinator for CoordinatorService {
                 ClusterError::InvalidArgument("the timeout must be a non-negative number of seconds".into()).into()
             );
         }
-        if options.kpg as usize > crate::engine::kpg::MAX_K || (kind == JobKind::Deadlocks && options.kpg == 0) {
+        if options.kpg as usize > crate::engine::kpg::MAX_K || (kind == Kind::Deadlocks && options.kpg == 0) {
             return Err(ClusterError::InvalidArgument(format!(
                 "k-PG tables are built for k = 1 to {}",
                 crate::engine::kpg::MAX_K
@@ -442,12 +413,12 @@ impl Coordinator for CoordinatorService {
         };
         let rec = JobRecord {
             id,
-            kind: kind as i32,
+            kind,
             level_text: r.level_text,
             title: r.title,
             index: r.index,
             options,
-            state: JobState::Queued as i32,
+            state: State::Queued,
             message: String::new(),
             nodes: Vec::new(),
             owners: Vec::new(),
@@ -460,7 +431,7 @@ impl Coordinator for CoordinatorService {
             memory_bytes: 0,
             disk_bytes: 0,
             peak_memory_bytes: 0,
-            last_side: 0,
+            last_side: crate::engine::Side::Forward,
             meeting: None,
             result: None,
             seconds: 0.0,
@@ -496,13 +467,13 @@ impl Coordinator for CoordinatorService {
         tokio::spawn(async move {
             loop {
                 let mut s = rx.borrow_and_update().clone();
-                if !terminal(s.state) {
+                if !terminal_status(&s) {
                     // refresh the running time
                     if let Some(e) = sh.lock_jobs().get(&id) {
                         s = Shared::status_of(e);
                     }
                 }
-                let done = terminal(s.state);
+                let done = terminal_status(&s);
                 if tx.send(Ok(s)).await.is_err() || done {
                     return;
                 }
@@ -518,16 +489,16 @@ impl Coordinator for CoordinatorService {
         let (stop, cancelled) = self.sh.stop_flags(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
         cancelled.store(true, Ordering::SeqCst);
         stop.store(true, Ordering::SeqCst);
-        let queued = self.sh.record(id).is_some_and(|r| r.state == JobState::Queued as i32);
+        let queued = self.sh.record(id).is_some_and(|r| r.state == State::Queued);
         if queued {
             self.sh.update(id, true, |r| {
-                r.state = JobState::Cancelled as i32;
+                r.state = State::Cancelled;
                 r.message = "cancelled before it started".into();
             })?;
         }
         tracing::info!(job = id, "job cancel requested");
-        let state = self.sh.record(id).map_or(0, |r| r.state);
-        Ok(Response::new(CancelReply { state }))
+        let state = self.sh.record(id).map_or(State::Queued, |r| r.state);
+        Ok(Response::new(CancelReply { state: state.to_proto() }))
     }
 
     async fn list_jobs(&self, _req: Request<ListJobsRequest>) -> R<ListJobsReply> {
@@ -618,7 +589,7 @@ async fn run_jobs(sh: Arc<Shared>) {
         if let Err(e) = r {
             tracing::error!(job = id, error = %e, "job runner crashed");
             let _ = sh.update(id, true, |r| {
-                r.state = JobState::Failed as i32;
+                r.state = State::Failed;
                 r.message = format!("internal error: job runner crashed: {e}");
             });
         }

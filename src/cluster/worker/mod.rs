@@ -415,19 +415,19 @@ pub async fn serve(cfg: WorkerConfig) -> Result<(), ClusterError> {
         svc.clone().server(&cfg.net.token),
         tokio_stream::wrappers::TcpListenerStream::new(listener),
     );
-    let hb = tokio::spawn(heartbeat_loop(svc, cfg.clone(), node, advertise));
-    let r = server.await;
-    hb.abort();
-    r.map_err(ClusterError::from)
+    // the heartbeat ends only when the coordinator refuses this worker for good
+    tokio::select! {
+        r = server => r.map_err(ClusterError::from),
+        refused = heartbeat_loop(svc, cfg.clone(), node, advertise) => Err(refused),
+    }
 }
 
-async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, advertise: String) {
+/// Joins the coordinator and heartbeats forever; returns only the error that
+/// makes going on pointless (no client, a wrong token or protocol).
+async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, advertise: String) -> ClusterError {
     let mut client = match cfg.net.coordinator_client(&cfg.join) {
         Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot reach the coordinator");
-            std::process::exit(2);
-        }
+        Err(e) => return e,
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let join = JoinRequest {
@@ -451,8 +451,11 @@ async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, adv
                 }
                 Err(s) if matches!(s.code(), tonic::Code::Unauthenticated | tonic::Code::FailedPrecondition) => {
                     // a wrong token or protocol never fixes itself: say so and stop
-                    eprintln!("error: the coordinator at {} refused this worker: {}", cfg.join, s.message());
-                    std::process::exit(2);
+                    return ClusterError::FailedPrecondition(format!(
+                        "the coordinator at {} refused this worker: {}",
+                        cfg.join,
+                        s.message()
+                    ));
                 }
                 Err(s) => tracing::warn!(coordinator = %cfg.join, error = %s.message(), "join failed, retrying"),
             }

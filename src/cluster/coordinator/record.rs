@@ -1,0 +1,140 @@
+//! The job log's own types: what the coordinator keeps of a job across
+//! restarts. Protocol messages never enter the log; they are converted at the
+//! service's edge.
+
+use super::super::proto::{JobKind, JobOptions, JobState};
+use super::super::ClusterError;
+use crate::engine::report::SolveReport;
+use crate::engine::Side;
+use serde::{Deserialize, Serialize};
+
+/// What a job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Solve one level push-optimally.
+    Solve,
+    /// Build k-PG deadlock tables.
+    Deadlocks,
+}
+
+impl Kind {
+    pub fn from_proto(v: i32) -> Result<Kind, ClusterError> {
+        match JobKind::try_from(v) {
+            Ok(JobKind::Solve) => Ok(Kind::Solve),
+            Ok(JobKind::Deadlocks) => Ok(Kind::Deadlocks),
+            Err(_) => Err(ClusterError::InvalidArgument(format!("unknown job kind {v}"))),
+        }
+    }
+
+    pub fn to_proto(self) -> i32 {
+        match self {
+            Kind::Solve => JobKind::Solve as i32,
+            Kind::Deadlocks => JobKind::Deadlocks as i32,
+        }
+    }
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Queued,
+    Running,
+    /// A worker holding partitions of the job is lost; the job resumes from
+    /// its last completed layer when the worker (or one with its data dir) is back.
+    Paused,
+    Finished,
+    Failed,
+    Cancelled,
+}
+
+impl State {
+    pub fn to_proto(self) -> i32 {
+        (match self {
+            State::Queued => JobState::Queued,
+            State::Running => JobState::Running,
+            State::Paused => JobState::Paused,
+            State::Finished => JobState::Finished,
+            State::Failed => JobState::Failed,
+            State::Cancelled => JobState::Cancelled,
+        }) as i32
+    }
+}
+
+/// How a job was asked to run (the submit request's options, defaults filled).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Power of two.
+    pub partitions: u32,
+    pub no_freeze: bool,
+    /// 0: no limit.
+    pub max_states: u64,
+    /// Seconds; 0: no limit.
+    pub timeout: f64,
+    /// k of the k-PG tables to use (solve) or build (deadlocks); 0: none.
+    pub kpg: u32,
+    pub no_pi_corrals: bool,
+}
+
+impl From<&Settings> for JobOptions {
+    fn from(s: &Settings) -> Self {
+        JobOptions {
+            partitions: s.partitions,
+            no_freeze: s.no_freeze,
+            max_states: s.max_states,
+            timeout: s.timeout,
+            kpg: s.kpg,
+            no_pi_corrals: s.no_pi_corrals,
+        }
+    }
+}
+
+impl From<JobOptions> for Settings {
+    fn from(o: JobOptions) -> Self {
+        Settings {
+            partitions: o.partitions,
+            no_freeze: o.no_freeze,
+            max_states: o.max_states,
+            timeout: o.timeout,
+            kpg: o.kpg,
+            no_pi_corrals: o.no_pi_corrals,
+        }
+    }
+}
+
+/// A job as the log keeps it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct JobRecord {
+    pub id: u64,
+    pub kind: Kind,
+    pub level_text: String,
+    pub title: String,
+    pub index: u32,
+    pub options: Settings,
+    pub state: State,
+    pub message: String,
+    /// The partition table: `owners[p]` indexes `nodes` (node ids).
+    pub nodes: Vec<String>,
+    pub owners: Vec<u32>,
+    /// Sizes of the completed layers of each side.
+    pub layers: [Vec<u64>; 2],
+    pub stored: u64,
+    pub generated: u64,
+    pub expanded: u64,
+    pub keys_exchanged: u64,
+    pub bytes_exchanged: u64,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    pub peak_memory_bytes: u64,
+    /// The side of the last completed layer.
+    pub last_side: Side,
+    /// Sides met: the key (limbs), its forward and backward depth.
+    pub meeting: Option<(Vec<u8>, usize, usize)>,
+    pub result: Option<SolveReport>,
+    /// Running time before the current run (across coordinator restarts).
+    pub seconds: f64,
+    /// Time spent building k-PG tables.
+    #[serde(default)]
+    pub kpg_seconds: f64,
+}
