@@ -1,6 +1,7 @@
 //! The one integration-test binary: the CLI end to end, the rules as properties,
 //! the engine against a plain forward BFS, solving under a memory budget, the
 //! cluster as separate processes, and the deployment files.
+mod architecture;
 mod cli;
 mod cluster;
 mod common;
