@@ -1,0 +1,198 @@
+//! PI-corrals (Meger's pruning, as in YASS): the areas the player cannot enter,
+//! their fences, and the restriction of the forward moves to the pushes into one.
+
+use super::*;
+
+/// Buffers of the PI-corral search.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Corrals {
+    /// Per square: the stamp of the area that holds it; the current state's areas
+    /// have stamps `first..`, area `i` has `first + i`.
+    pub(super) mark: Vec<u32>,
+    /// Per square: `fence_stamp` when the box on it fences the corral under test.
+    pub(super) fence_mark: Vec<u32>,
+    pub(super) stamp: u32,
+    pub(super) first: u32,
+    pub(super) fence_stamp: u32,
+    /// Per area: whether it holds a goal, and its fence as a range of `fences`.
+    pub(super) areas: Vec<(bool, u32, u32)>,
+    pub(super) fences: Vec<u16>,
+    /// The areas of the corral under test, and a flag per area.
+    pub(super) union: Vec<usize>,
+    pub(super) in_union: Vec<bool>,
+    pub(super) fence: Vec<u16>,
+    pub(super) queue: Vec<u16>,
+    pub(super) pushes: Vec<(u16, u8)>,
+    /// The pushes of the chosen corral (valid after `pi_corral_pushes` says true).
+    pub(super) best: Vec<(u16, u8)>,
+}
+
+/// Looks for a PI-corral (Meger's pruning, in YASS) in the current state
+/// (occupancy placed, player region flooded) and leaves the legal pushes into the
+/// corral with the fewest of them in `sc.corral.best`. False when there is none.
+///
+/// A corral here is a set `A` of free squares the player cannot reach, made of whole
+/// areas (connected sets of such squares). Its fence `F` is the boxes next to `A`;
+/// walls and `F` enclose `A`. The search starts from each area and, when a push of
+/// its fence breaks (2) or (3) only because a square of the push lies in another
+/// area, takes that area in too, as YASS combines corrals. `A` qualifies
+/// when (1) it must be opened: a box of `F` is off goal or `A` holds a
+/// goal; (2) every push of a box of `F` that does not go into `A` is impossible
+/// until a box of `F` moves: its target is a wall, a box of `F` or a dead square,
+/// or its player square is a wall, a box of `F` or in `A`; (3) every push into `A`
+/// is either legal now (player square reachable) or impossible until a box of `F`
+/// moves (player square a wall, a box of `F` or in `A`).
+///
+/// Why the restriction keeps a push-optimal solution. Take any optimal solution
+/// and its first push `t` of a box of `F` (by (1) there is one). Before `t` no box
+/// of `F` moves, so the fence stands: no other box can enter `A` (it would have
+/// to stand next to `A`, where only walls and `F` are) and the player never walks
+/// in `A`. So by (2) `t` goes into `A` and by (3) it is legal already now. Doing
+/// `t` first and then the earlier pushes in order is legal too: they move boxes
+/// outside `A` whose targets are not in `A`, and every walk avoided `A`, where `t`
+/// put its box, while `t` only freed a square. After them the boxes are where the
+/// solution had them, and the player, where the last earlier push left him, still
+/// walks to the square `t` vacated (his walk to `t`'s player square avoided `A`).
+/// So from here an optimal solution starts with a push into the corral, and every
+/// state on it is solvable, so no sound state pruning drops it. If a qualifying
+/// corral has no legal push inward the state is unsolvable, and it gets no
+/// successors. Nothing above needs `A` connected.
+pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
+    let n = board.floor_count();
+    if sc.queue.len() + boxes.len() == n {
+        // the flood of the player's region (still in `queue`) took every free square
+        return false;
+    }
+    let c = &mut sc.corral;
+    // one stamp per area and per corral tested; start over before they overflow
+    if c.stamp > u32::MAX - 2 * n as u32 || c.fence_stamp > u32::MAX - 4 * n as u32 * n as u32 {
+        c.mark.iter_mut().for_each(|m| *m = 0);
+        c.fence_mark.iter_mut().for_each(|m| *m = 0);
+        c.stamp = 0;
+        c.fence_stamp = 0;
+    }
+    // label the areas: every area touches a box (the floor is connected)
+    c.first = c.stamp + 1;
+    c.areas.clear();
+    c.fences.clear();
+    for f in boxes.iter().flat_map(|&b| (0..DIRS).map(move |d| board.neighbour(b, d))) {
+        if f == NONE
+            || sc.occ[f as usize]
+            || sc.reach_mark[f as usize] == sc.reach_stamp
+            || c.mark[f as usize] >= c.first
+        {
+            continue;
+        }
+        c.stamp += 1;
+        let s = c.stamp;
+        c.queue.clear();
+        c.queue.push(f);
+        c.mark[f as usize] = s;
+        c.fence_stamp += 1;
+        let fs = c.fence_stamp;
+        let fence_start = c.fences.len() as u32;
+        let mut goal_inside = false;
+        let mut i = 0;
+        while i < c.queue.len() {
+            let a = c.queue[i];
+            i += 1;
+            goal_inside |= board.is_goal[a as usize];
+            for d in 0..DIRS {
+                let g = board.neighbour(a, d);
+                if g == NONE {
+                    continue;
+                }
+                if sc.occ[g as usize] {
+                    if c.fence_mark[g as usize] != fs {
+                        c.fence_mark[g as usize] = fs;
+                        c.fences.push(g);
+                    }
+                } else if c.mark[g as usize] != s {
+                    c.mark[g as usize] = s;
+                    c.queue.push(g);
+                }
+            }
+        }
+        c.areas.push((goal_inside, fence_start, c.fences.len() as u32));
+    }
+    let mut found = false;
+    for start in 0..c.areas.len() {
+        c.in_union.clear();
+        c.in_union.resize(c.areas.len(), false);
+        c.union.clear();
+        c.union.push(start);
+        c.in_union[start] = true;
+        // grow the corral until it qualifies or fails for a reason no area mends
+        let qualifies = loop {
+            c.fence_stamp += 1;
+            let fs = c.fence_stamp;
+            c.fence.clear();
+            let mut must_open = false;
+            for &u in &c.union {
+                let (goal_inside, from, to) = c.areas[u];
+                must_open |= goal_inside;
+                for &b in &c.fences[from as usize..to as usize] {
+                    if c.fence_mark[b as usize] != fs {
+                        c.fence_mark[b as usize] = fs;
+                        c.fence.push(b);
+                        must_open |= !board.is_goal[b as usize];
+                    }
+                }
+            }
+            if !must_open {
+                break false;
+            }
+            let (first, mark, in_union, fence_mark) = (c.first, &c.mark, &c.in_union, &c.fence_mark);
+            // the area of a free square the player cannot reach: exactly the
+            // squares labelled above carry a stamp from `first` on
+            let area_of = |x: u16| -> Option<usize> {
+                let m = if x == NONE { 0 } else { mark[x as usize] };
+                (m >= first).then(|| (m - first) as usize)
+            };
+            let in_corral = |x: u16| area_of(x).is_some_and(|a| in_union[a]);
+            // only boxes ever carry a fence stamp
+            let fence_box = |x: u16| x != NONE && fence_mark[x as usize] == fs;
+            let never_now = |x: u16| x == NONE || fence_box(x) || in_corral(x);
+            c.pushes.clear();
+            let mut verdict = Some(true);
+            'fence: for &b in &c.fence {
+                for d in 0..DIRS {
+                    let to = board.neighbour(b, d);
+                    let behind = board.neighbour(b, opposite(d));
+                    if in_corral(to) {
+                        if never_now(behind) {
+                            continue;
+                        }
+                        if !sc.occ[behind as usize] && sc.reach_mark[behind as usize] == sc.reach_stamp {
+                            c.pushes.push((b, d as u8));
+                            continue;
+                        }
+                    } else if to == NONE || fence_box(to) || board.dead_forward[to as usize] || never_now(behind) {
+                        continue;
+                    }
+                    // broken: mended by taking in the area of `behind` or `to`, if
+                    // one lies outside the corral
+                    let outside = |x: u16| area_of(x).filter(|&a| !in_union[a]);
+                    verdict = outside(behind).or_else(|| outside(to)).map(|a| {
+                        c.union.push(a);
+                        false
+                    });
+                    break 'fence;
+                }
+            }
+            match verdict {
+                Some(true) => break true,
+                Some(false) => c.in_union[*c.union.last().expect("just pushed")] = true,
+                None => break false,
+            }
+        };
+        if qualifies && (!found || c.pushes.len() < c.best.len()) {
+            std::mem::swap(&mut c.pushes, &mut c.best);
+            found = true;
+            if c.best.is_empty() {
+                break;
+            }
+        }
+    }
+    found
+}

@@ -1,0 +1,98 @@
+//! Freeze deadlocks: a box that can never move again off its target, for pushes
+//! (blocked on both axes) and for pulls (never pullable again).
+
+use super::*;
+
+/// Recursion budget for the freeze tests: past it we answer "not frozen", which
+/// only weakens pruning, never makes it unsound.
+pub(super) const FREEZE_BUDGET: u32 = 4096;
+
+/// Forward freeze test after a push onto `moved` (occupancy in `sc.occ`): true when
+/// the moved box can never be pushed again and it or a box freezing it is off goal.
+pub fn push_freeze_deadlock(board: &Board, sc: &mut Scratch, moved: u16) -> bool {
+    sc.frozen.clear();
+    sc.budget = FREEZE_BUDGET;
+    if !push_frozen(board, sc, moved) {
+        return false;
+    }
+    sc.frozen.iter().any(|&b| !board.is_goal[b as usize])
+}
+
+pub(super) fn push_frozen(board: &Board, sc: &mut Scratch, b: u16) -> bool {
+    if sc.budget == 0 {
+        return false;
+    }
+    sc.budget -= 1;
+    sc.tmp_wall[b as usize] = true;
+    let mark = sc.frozen.len();
+    // a box is frozen when it is blocked on both axes
+    let frozen = push_axis_blocked(board, sc, b, 0) && push_axis_blocked(board, sc, b, 1);
+    sc.tmp_wall[b as usize] = false;
+    if frozen {
+        sc.frozen.push(b);
+    } else {
+        sc.frozen.truncate(mark);
+    }
+    frozen
+}
+
+/// Axis 0 is vertical (up/down), 1 horizontal (right/left).
+pub(super) fn push_axis_blocked(board: &Board, sc: &mut Scratch, b: u16, axis: usize) -> bool {
+    let a = board.neighbour(b, axis);
+    let c = board.neighbour(b, axis + 2);
+    if a == NONE || c == NONE || sc.tmp_wall[a as usize] || sc.tmp_wall[c as usize] {
+        return true;
+    }
+    if board.dead_forward[a as usize] && board.dead_forward[c as usize] {
+        return true;
+    }
+    (sc.occ[a as usize] && push_frozen(board, sc, a)) || (sc.occ[c as usize] && push_frozen(board, sc, c))
+}
+
+/// Backward freeze test after a pull onto `moved`: true when the moved box can never
+/// be pulled again and it or a box holding it is off a start square, so the state
+/// can never be reached from the start.
+pub fn pull_freeze_deadlock(board: &Board, sc: &mut Scratch, moved: u16) -> bool {
+    sc.frozen.clear();
+    sc.budget = FREEZE_BUDGET;
+    if !pull_frozen(board, sc, moved) {
+        return false;
+    }
+    sc.frozen.iter().any(|&b| !board.is_start_box[b as usize])
+}
+
+pub(super) fn pull_frozen(board: &Board, sc: &mut Scratch, b: u16) -> bool {
+    if sc.budget == 0 {
+        return false;
+    }
+    sc.budget -= 1;
+    sc.tmp_wall[b as usize] = true;
+    let mark = sc.frozen.len();
+    let mut frozen = true;
+    for d in 0..DIRS {
+        if pullable(board, sc, b, d) {
+            frozen = false;
+            break;
+        }
+    }
+    sc.tmp_wall[b as usize] = false;
+    if frozen {
+        sc.frozen.push(b);
+    } else {
+        sc.frozen.truncate(mark);
+    }
+    frozen
+}
+
+pub(super) fn pullable(board: &Board, sc: &mut Scratch, b: u16, d: usize) -> bool {
+    let to = board.neighbour(b, d);
+    if to == NONE || sc.tmp_wall[to as usize] || board.dead_backward[to as usize] {
+        return false;
+    }
+    let step = board.neighbour(to, d);
+    if step == NONE || sc.tmp_wall[step as usize] {
+        return false;
+    }
+    let blocked_at = |sc: &mut Scratch, sq: u16| sc.occ[sq as usize] && pull_frozen(board, sc, sq);
+    !blocked_at(sc, to) && !blocked_at(sc, step)
+}

@@ -1,0 +1,137 @@
+//! The frozen-target matching: when a move freezes boxes on targets, the boxes
+//! that can still move must each reach a different free target.
+
+use super::*;
+
+/// The freeze prunings after a move onto `moved` (occupancy updated, `boxes`
+/// the new set): a box frozen off its targets, or frozen boxes all on targets
+/// that leave the others no matching.
+pub(super) fn frozen_dead(board: &Board, sc: &mut Scratch, boxes: &[u16], moved: u16, kind: MoveKind) -> bool {
+    let (off_target, targets) = match kind {
+        MoveKind::Push => (push_freeze_deadlock(board, sc, moved), &board.goals),
+        MoveKind::Pull => (pull_freeze_deadlock(board, sc, moved), &board.start_boxes),
+    };
+    // the freeze tests leave the frozen set in `sc.frozen`, empty when `moved` is not frozen
+    off_target || (!sc.frozen.is_empty() && frozen_targets_unmatched(board, sc, boxes, targets, kind))
+}
+
+/// Which moves a box makes in [`frozen_targets_unmatched`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MoveKind {
+    Push,
+    Pull,
+}
+
+/// Buffers of the frozen-target matching.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Matching {
+    pub(super) boxes: Vec<u16>,
+    pub(super) targets: Vec<u16>,
+    /// Per free target, `row` words: the squares a box can get to it from.
+    pub(super) reach: Vec<u64>,
+    pub(super) queue: Vec<u16>,
+    /// Per target: the box index matched to it, or `u32::MAX`.
+    pub(super) owner: Vec<u32>,
+    /// Per target: the augmenting round that last visited it.
+    pub(super) seen: Vec<u32>,
+}
+
+/// After a move froze boxes that all sit on targets (`sc.frozen`; goals forward,
+/// start squares backward), true when the boxes that can still move cannot each
+/// be brought to a different free target. Why that is sound: frozen boxes never
+/// move again on any path to the targets (each is blocked on both axes by walls,
+/// dead squares or other frozen boxes, forever), so they are walls; boxes that
+/// can move only ever hinder each other, and the player can only be more
+/// restricted than anywhere at all. So the test drops every other box, lets the
+/// player stand on any free square, and asks for a perfect matching of movable
+/// boxes to free targets over "this box can reach that target": if even that
+/// fails, no continuation places the boxes. Heiner lists this matching over the
+/// 1-PG reachability as an extension of his tables; here it runs only when a box
+/// freezes on a target, so its cost is rare. On Microban I #153 it catches a box
+/// pushed into the corner below the goal column before the column is full, a
+/// deadlock the k-PG tables only see at k = 5 and up (10^5 patterns before this
+/// matching ran inside the k-games).
+pub(super) fn frozen_targets_unmatched(
+    board: &Board,
+    sc: &mut Scratch,
+    boxes: &[u16],
+    targets: &[u16],
+    kind: MoveKind,
+) -> bool {
+    for &f in &sc.frozen {
+        sc.tmp_wall[f as usize] = true;
+    }
+    let m = &mut sc.matching;
+    let walls = &sc.tmp_wall;
+    m.boxes.clear();
+    m.boxes.extend(boxes.iter().copied().filter(|&b| !walls[b as usize]));
+    m.targets.clear();
+    m.targets.extend(targets.iter().copied().filter(|&t| !walls[t as usize]));
+    let dead = if m.boxes.len() > m.targets.len() {
+        true
+    } else {
+        let row = board.floor_count().div_ceil(64);
+        m.reach.clear();
+        m.reach.resize(m.targets.len() * row, 0);
+        for (j, &t) in m.targets.iter().enumerate() {
+            let bits = &mut m.reach[j * row..(j + 1) * row];
+            bits[t as usize / 64] |= 1 << (t % 64);
+            m.queue.clear();
+            m.queue.push(t);
+            while let Some(u) = m.queue.pop() {
+                for d in 0..DIRS {
+                    // forward: a push in `d` that ends on `u` came from `s`, the
+                    // player behind it on `p`; backward: a pull that ends on `u`
+                    // is the reverse of a push from `u`, player on the far side
+                    let (s, p) = match kind {
+                        MoveKind::Push => {
+                            let s = board.neighbour(u, opposite(d));
+                            (s, if s == NONE { NONE } else { board.neighbour(s, opposite(d)) })
+                        }
+                        MoveKind::Pull => (board.neighbour(u, d), board.neighbour(u, opposite(d))),
+                    };
+                    if s == NONE || p == NONE || walls[s as usize] || walls[p as usize] {
+                        continue;
+                    }
+                    if bits[s as usize / 64] >> (s % 64) & 1 == 0 {
+                        bits[s as usize / 64] |= 1 << (s % 64);
+                        m.queue.push(s);
+                    }
+                }
+            }
+        }
+        m.owner.clear();
+        m.owner.resize(m.targets.len(), u32::MAX);
+        m.seen.clear();
+        m.seen.resize(m.targets.len(), 0);
+        let mut matched = true;
+        for i in 0..m.boxes.len() {
+            if !augment(m, row, i, i as u32 + 1) {
+                matched = false;
+                break;
+            }
+        }
+        !matched
+    };
+    for &f in &sc.frozen {
+        sc.tmp_wall[f as usize] = false;
+    }
+    dead
+}
+
+/// Kuhn's augmenting path from box `i`, in round `round`.
+pub(super) fn augment(m: &mut Matching, row: usize, i: usize, round: u32) -> bool {
+    let b = m.boxes[i];
+    for j in 0..m.targets.len() {
+        if m.seen[j] == round || m.reach[j * row + b as usize / 64] >> (b % 64) & 1 == 0 {
+            continue;
+        }
+        m.seen[j] = round;
+        let owner = m.owner[j];
+        if owner == u32::MAX || augment(m, row, owner as usize, round) {
+            m.owner[j] = i as u32;
+            return true;
+        }
+    }
+    false
+}

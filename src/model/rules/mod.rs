@@ -1,0 +1,240 @@
+//! Push and pull generation with player normalization, the freeze-deadlock tests
+//! and the frozen-target matching.
+//!
+//! A state is a sorted box list plus the normalized player square: the smallest floor
+//! index the player can reach. A forward move is a walk plus one push; a backward
+//! move is a walk plus one pull. Every function here works on caller-owned scratch
+//! buffers so the engine can run them on many threads without allocating.
+//!
+//! Files: `reach` (scratch buffers, the player's region, normalization), `moves`
+//! (push and pull generation and the step every move shares), `corral`
+//! (PI-corrals), `freeze` (freeze deadlocks), `matching` (the frozen-target
+//! matching).
+
+use super::board::{opposite, Board, DIRS, NONE};
+
+mod corral;
+mod freeze;
+mod matching;
+mod moves;
+mod reach;
+
+use corral::*;
+#[allow(unused_imports)]
+use freeze::*;
+pub use freeze::{pull_freeze_deadlock, push_freeze_deadlock};
+use matching::*;
+#[allow(unused_imports)]
+use moves::*;
+pub use moves::{for_each_pull, for_each_pull_kept, for_each_push, for_each_push_kept, moved_boxes};
+pub use reach::{normalize_player, Scratch};
+
+/// One push (forward) or pull (backward): the box moved from `from` one step in `dir`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoxMove {
+    pub from: u16,
+    pub dir: u8,
+}
+
+/// Which cheap, rule-level prunings to apply while generating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruning {
+    /// Drop moves onto dead squares (forward: no goal reachable; backward: no start
+    /// box can get there).
+    pub dead_squares: bool,
+    /// Drop moves that freeze a box off its target (forward: off a goal; backward: a
+    /// box that can never be pulled again, off a start square).
+    pub freeze: bool,
+    /// Forward only: when the state has a PI-corral, generate only the pushes into
+    /// it (see [`pi_corral_pushes`]). Unlike the others this drops moves,
+    /// not states: some optimal solution survives, but states the restricted moves
+    /// skip are never reached. It suits the bidirectional search, never an
+    /// exhaustive exploration such as a k-PG game, whose reached set must be whole.
+    pub pi_corrals: bool,
+}
+
+impl Pruning {
+    pub const NONE: Pruning = Pruning { dead_squares: false, freeze: false, pi_corrals: false };
+    /// Every state pruning; no move restriction (what exhaustive explorations use).
+    pub const ALL: Pruning = Pruning { dead_squares: true, freeze: true, pi_corrals: false };
+    /// What a solve uses: every state pruning plus the PI-corral restriction.
+    pub const SOLVE: Pruning = Pruning { pi_corrals: true, ..Pruning::ALL };
+}
+
+/// The backward start states: all boxes on goals, the player in each region of the
+/// solved position (normalized).
+pub fn goal_states(board: &Board, sc: &mut Scratch, goals: &[u16]) -> Vec<u16> {
+    sc.place(goals);
+    let mut seen = vec![false; board.floor_count()];
+    let mut players = Vec::new();
+    for f in 0..board.floor_count() as u16 {
+        if sc.occ[f as usize] || seen[f as usize] {
+            continue;
+        }
+        let n = sc.normalize(board, f);
+        for &q in &sc.queue {
+            seen[q as usize] = true;
+        }
+        players.push(n);
+    }
+    sc.clear(goals);
+    players
+}
+
+/// Are all boxes on goals?
+pub fn is_solved(board: &Board, boxes: &[u16]) -> bool {
+    boxes.iter().all(|&b| board.is_goal[b as usize])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::level::parse_one;
+
+    fn board(t: &str) -> Board {
+        Board::new(&parse_one(t, "t").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn simple_push_and_pull_mirror() {
+        let b = board("######\n#@$ .#\n######\n");
+        let mut sc = Scratch::new(&b);
+        let mut succ = Vec::new();
+        for_each_push(&b, &mut sc, &b.start_boxes, b.start_player, Pruning::ALL, |bx, p, m| {
+            succ.push((bx.to_vec(), p, m))
+        });
+        assert_eq!(succ.len(), 1);
+        let (bx, p, _) = &succ[0];
+        let mut pred = Vec::new();
+        for_each_pull(&b, &mut sc, bx, *p, Pruning::NONE, |bx2, p2, _| pred.push((bx2.to_vec(), p2)));
+        let start = normalize_player(&b, &mut sc, &b.start_boxes, b.start_player);
+        assert!(pred.contains(&(b.start_boxes.clone(), start)));
+    }
+
+    #[test]
+    fn freeze_of_two_boxes_on_a_wall_off_goal_is_deadlock() {
+        // pushing the upper box down sets it beside the lower one on the bottom wall:
+        // two boxes off goals freezing each other. Pushing it up freezes it in a
+        // dead top row.
+        let b = board("######\n#@   #\n# $  #\n#. $.#\n######\n");
+        let mut sc = Scratch::new(&b);
+        let count = |sc: &mut Scratch, pruning| {
+            let mut n = 0;
+            for_each_push(&b, sc, &b.start_boxes, b.start_player, pruning, |_, _, _| n += 1);
+            n
+        };
+        assert_eq!(count(&mut sc, Pruning::NONE), 6);
+        assert_eq!(count(&mut sc, Pruning { freeze: true, ..Pruning::NONE }), 4);
+    }
+
+    fn pushes_from_start(b: &Board, pruning: Pruning) -> Vec<((usize, usize), u8)> {
+        let mut sc = Scratch::new(b);
+        let mut got = Vec::new();
+        for_each_push(b, &mut sc, &b.start_boxes, b.start_player, pruning, |_, _, m| {
+            got.push((b.coords(m.from), m.dir))
+        });
+        got.sort();
+        got
+    }
+
+    /// The box in the gap fences off the area holding the goal at the right; the
+    /// player reaches its only push inward, and it can never leave the gap in any
+    /// other way. So pushing the boxed goal around first is never needed.
+    #[test]
+    fn pi_corral_leaves_only_the_pushes_into_it() {
+        let b = board("########\n#    # #\n# @* $.#\n#    # #\n########\n");
+        let all = pushes_from_start(&b, Pruning::ALL);
+        let corral = pushes_from_start(&b, Pruning::SOLVE);
+        // grid column 6, row 3 (1-based), pushed right (direction 1)
+        assert_eq!(corral, vec![((6, 3), 1)], "only the fence box, to the right");
+        assert!(all.len() > corral.len() && all.contains(&corral[0]), "{all:?}");
+    }
+
+    /// Neither fenced area qualifies on its own: the right box can be pushed into
+    /// the middle area only from the goal area, and into the goal area only from
+    /// the middle one. Together they form one PI-corral, whose only push is the
+    /// left fence box, to the right; the boxed goal in the player's room waits.
+    #[test]
+    fn two_areas_that_fence_each_other_are_one_pi_corral() {
+        let b = board("##########\n#   #. # #\n#   #  # #\n#@* $  $.#\n#   #  # #\n#   #  # #\n##########\n");
+        let all = pushes_from_start(&b, Pruning::ALL);
+        // the boxed goal up, right or down, the left fence box right
+        assert_eq!(all, vec![((3, 4), 0), ((3, 4), 1), ((3, 4), 2), ((5, 4), 1)]);
+        assert_eq!(pushes_from_start(&b, Pruning::SOLVE), vec![((5, 4), 1)]);
+    }
+
+    /// An area whose fence box the player could push out of the fence (up, to a
+    /// square from which it can still come back) is no PI-corral: every push stays.
+    #[test]
+    fn fence_box_that_can_leave_the_fence_is_no_pi_corral() {
+        let b = board("########\n#     ##\n#     ##\n# @* $.#\n#     ##\n#     ##\n########\n");
+        assert_eq!(pushes_from_start(&b, Pruning::SOLVE), pushes_from_start(&b, Pruning::ALL));
+    }
+
+    /// A fenced area that holds no goal behind boxes all on goals need never be
+    /// opened, so it restricts nothing.
+    #[test]
+    fn settled_corral_restricts_nothing() {
+        let b = board("########\n#    # #\n# @$.* #\n#    # #\n########\n");
+        assert_eq!(pushes_from_start(&b, Pruning::SOLVE), pushes_from_start(&b, Pruning::ALL));
+    }
+
+    /// Regression: the incremental normalization once started from the vacated
+    /// square for pulls, where the player ends on the square it steps back to; in a
+    /// corridor the vacated square is cut off from the player.
+    #[test]
+    fn pull_normalization_starts_from_the_player_in_a_corridor() {
+        let b = board("######\n#@ $.#\n######\n");
+        let mut sc = Scratch::new(&b);
+        // box at the third square, player region {0, 1}; pulling left leaves the
+        // player on square 0 and the box on 1, square 2 is behind the box
+        let boxes = [2u16];
+        let mut got = Vec::new();
+        for_each_pull(&b, &mut sc, &boxes, 0, Pruning::NONE, |bx, p, _| got.push((bx.to_vec(), p)));
+        assert_eq!(got, vec![(vec![1u16], 0u16)]);
+    }
+
+    /// Microban I #153 with one start box moved to `at` (1-based grid column,
+    /// row) and the player on `player`: the pushes of the box on `at` that
+    /// `pruning` keeps, as target squares.
+    fn pushes_in_153(at: (usize, usize), player: (usize, usize), pruning: Pruning) -> Vec<(usize, usize)> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
+        let text = std::fs::read_to_string(path).unwrap();
+        let level = crate::model::level::split_collection(&text, path)[152].parse().unwrap();
+        let b = Board::new(&level).unwrap();
+        let square = |c: (usize, usize)| (0..b.floor_count() as u16).find(|&f| b.coords(f) == c).unwrap();
+        let mut boxes = b.start_boxes[1..].to_vec();
+        boxes.push(square(at));
+        boxes.sort_unstable();
+        let mut sc = Scratch::new(&b);
+        let mut to = Vec::new();
+        for_each_push(&b, &mut sc, &boxes, square(player), pruning, |_, _, m| {
+            if m.from == square(at) {
+                to.push(b.coords(b.neighbour(m.from, m.dir as usize)));
+            }
+        });
+        to
+    }
+
+    /// Regression for what the k-PG tables caught only at k = 5, as 10^5
+    /// patterns: on #153 a box pushed into the goal corner below the goal column
+    /// freezes there on a goal, and the column can never be filled (boxes go up
+    /// it only pushed from that corner). The frozen-target matching drops it.
+    #[test]
+    fn box_frozen_below_the_goal_column_is_a_deadlock() {
+        // the box beside the corner, the player right of it
+        assert!(pushes_in_153((3, 9), (4, 9), Pruning::NONE).contains(&(2, 9)));
+        assert!(!pushes_in_153((3, 9), (4, 9), Pruning::ALL).contains(&(2, 9)));
+        // a box pushed to the top of the column freezes on a goal too, but every
+        // other box can still reach a free goal: kept
+        assert_eq!(pushes_in_153((2, 3), (2, 4), Pruning::ALL), vec![(2, 2)]);
+    }
+
+    #[test]
+    fn goal_states_one_per_region() {
+        let b = board("#######\n#@ *  #\n#######\n");
+        let mut sc = Scratch::new(&b);
+        let players = goal_states(&b, &mut sc, &b.goals.clone());
+        assert_eq!(players.len(), 2);
+    }
+}

@@ -1,0 +1,274 @@
+//! The player's reach: per-thread scratch buffers, the flood of the player's
+//! region, and normalization (the smallest square of the region), from scratch
+//! and incrementally after a move.
+
+use super::*;
+
+/// Per-thread buffers for generation.
+#[derive(Debug, Clone)]
+pub struct Scratch {
+    /// Box occupancy by floor index.
+    pub occ: Vec<bool>,
+    pub(super) mark: Vec<u32>,
+    pub(super) stamp: u32,
+    pub(super) queue: Vec<u16>,
+    /// Squares reachable by the player in the current state (valid after `reach`).
+    pub(super) reach_stamp: u32,
+    pub(super) reach_mark: Vec<u32>,
+    /// The two smallest squares of the reach region (`NONE` when absent).
+    pub(super) reach_min: [u16; 2],
+    pub(super) tmp_wall: Vec<bool>,
+    pub(super) frozen: Vec<u16>,
+    pub(super) budget: u32,
+    pub(super) matching: Matching,
+    pub(super) corral: Corrals,
+    pub boxes: Vec<u16>,
+    pub next: Vec<u16>,
+}
+
+impl Scratch {
+    pub fn new(board: &Board) -> Scratch {
+        let n = board.floor_count();
+        Scratch {
+            occ: vec![false; n],
+            mark: vec![0; n],
+            stamp: 0,
+            queue: Vec::with_capacity(n),
+            reach_stamp: 0,
+            reach_mark: vec![0; n],
+            reach_min: [NONE; 2],
+            tmp_wall: vec![false; n],
+            frozen: Vec::new(),
+            budget: 0,
+            matching: Matching::default(),
+            corral: Corrals { mark: vec![0; n], fence_mark: vec![0; n], ..Corrals::default() },
+            boxes: Vec::with_capacity(board.box_count()),
+            next: Vec::with_capacity(board.box_count()),
+        }
+    }
+
+    pub(super) fn bump(stamp: &mut u32, mark: &mut [u32]) -> u32 {
+        *stamp = stamp.wrapping_add(1);
+        if *stamp == 0 {
+            mark.iter_mut().for_each(|m| *m = 0);
+            *stamp = 1;
+        }
+        *stamp
+    }
+
+    /// Floods the player's region from `from` over free squares, marking it in the
+    /// reach buffer and keeping its two smallest squares.
+    pub(super) fn flood_reach(&mut self, board: &Board, from: u16) {
+        let s = Self::bump(&mut self.reach_stamp, &mut self.reach_mark);
+        self.queue.clear();
+        self.queue.push(from);
+        self.reach_mark[from as usize] = s;
+        let mut min = [from, NONE];
+        let mut i = 0;
+        while i < self.queue.len() {
+            let f = self.queue[i];
+            i += 1;
+            for d in 0..DIRS {
+                let g = board.neighbour(f, d);
+                if g != NONE && !self.occ[g as usize] && self.reach_mark[g as usize] != s {
+                    self.reach_mark[g as usize] = s;
+                    if g < min[0] {
+                        min = [g, min[0]];
+                    } else if g < min[1] {
+                        min[1] = g;
+                    }
+                    self.queue.push(g);
+                }
+            }
+        }
+        self.reach_min = min;
+    }
+
+    /// The normalized player after a move that freed `vacated` and filled `filled`,
+    /// leaving the player on `player` (occupancy already updated; the reach buffer
+    /// still holds the region `R` before the move, which contains `player` unless
+    /// `player == vacated`, and contains `filled` for every pull).
+    ///
+    /// Let `A` be the squares of `R - filled + vacated` connected to `player`. If
+    /// `filled` was outside `R`, or its free neighbours (including `vacated`) stay
+    /// connected around its 8-neighbour ring, `A` is all of `R - filled + vacated`
+    /// and its minimum follows from the two smallest squares of `R`, no flood.
+    /// Otherwise a search from `player` inside `R + vacated` stops as soon as it has
+    /// met every free neighbour of `filled` (nothing was cut off), or ends having
+    /// found `A` exactly. If `A` holds `vacated`, the regions on its other sides that
+    /// were foreign to `R` join; they are flooded on their own.
+    pub(super) fn normalize_after_move(&mut self, board: &Board, vacated: u16, filled: u16, player: u16) -> u16 {
+        let s = Self::bump(&mut self.stamp, &mut self.mark);
+        let filled_in_region = self.reachable(filled);
+        let mut min = NONE;
+        let mut has_vacated = true;
+        let whole = !filled_in_region || ring_connected(board, &self.occ, filled) || {
+            let mut targets = [NONE; 4];
+            let mut left = 0;
+            for d in 0..DIRS {
+                let g = board.neighbour(filled, d);
+                if g != NONE && !self.occ[g as usize] && (g == vacated || self.reachable(g)) && g != player {
+                    targets[left] = g;
+                    left += 1;
+                }
+            }
+            self.queue.clear();
+            self.queue.push(player);
+            self.mark[player as usize] = s;
+            let mut part_min = player;
+            let mut i = 0;
+            while i < self.queue.len() && left > 0 {
+                let f = self.queue[i];
+                i += 1;
+                for dd in 0..DIRS {
+                    let h = board.neighbour(f, dd);
+                    if h != NONE
+                        && !self.occ[h as usize]
+                        && (h == vacated || self.reachable(h))
+                        && self.mark[h as usize] != s
+                    {
+                        self.mark[h as usize] = s;
+                        part_min = part_min.min(h);
+                        if targets[..4].contains(&h) {
+                            left -= 1;
+                        }
+                        self.queue.push(h);
+                    }
+                }
+            }
+            if left > 0 {
+                // the search ran out: `A` is exactly what it visited
+                min = part_min;
+                has_vacated = self.mark[vacated as usize] == s;
+            }
+            left == 0
+        };
+        if whole {
+            let rest =
+                if filled_in_region && filled == self.reach_min[0] { self.reach_min[1] } else { self.reach_min[0] };
+            min = rest.min(vacated);
+        }
+        if has_vacated {
+            // foreign regions joined through `vacated`: disjoint from R before the move
+            for d in 0..DIRS {
+                let g = board.neighbour(vacated, d);
+                if g == NONE || g == filled || self.occ[g as usize] || self.reachable(g) || self.mark[g as usize] == s {
+                    continue;
+                }
+                self.queue.clear();
+                self.queue.push(g);
+                self.mark[g as usize] = s;
+                let mut i = 0;
+                while i < self.queue.len() {
+                    let f = self.queue[i];
+                    i += 1;
+                    min = min.min(f);
+                    for dd in 0..DIRS {
+                        let h = board.neighbour(f, dd);
+                        if h != NONE && h != vacated && !self.occ[h as usize] && self.mark[h as usize] != s {
+                            self.mark[h as usize] = s;
+                            self.queue.push(h);
+                        }
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(min, self.normalize(board, player), "incremental normalization disagrees with the flood");
+        min
+    }
+
+    #[inline]
+    pub(super) fn reachable(&self, f: u16) -> bool {
+        self.reach_mark[f as usize] == self.reach_stamp
+    }
+
+    /// The normalized square of the region containing `from` (a second flood that
+    /// leaves the reach buffer intact).
+    pub fn normalize(&mut self, board: &Board, from: u16) -> u16 {
+        let s = Self::bump(&mut self.stamp, &mut self.mark);
+        self.queue.clear();
+        self.queue.push(from);
+        self.mark[from as usize] = s;
+        let mut min = from;
+        let mut i = 0;
+        while i < self.queue.len() {
+            let f = self.queue[i];
+            i += 1;
+            for d in 0..DIRS {
+                let g = board.neighbour(f, d);
+                if g != NONE && !self.occ[g as usize] && self.mark[g as usize] != s {
+                    if g < min {
+                        min = g;
+                        if min == 0 {
+                            return 0;
+                        }
+                    }
+                    self.mark[g as usize] = s;
+                    self.queue.push(g);
+                }
+            }
+        }
+        min
+    }
+
+    pub(super) fn place(&mut self, boxes: &[u16]) {
+        for &b in boxes {
+            self.occ[b as usize] = true;
+        }
+    }
+
+    pub(super) fn clear(&mut self, boxes: &[u16]) {
+        for &b in boxes {
+            self.occ[b as usize] = false;
+        }
+    }
+}
+
+/// Are the free 4-neighbours of `f` all in one run of free squares around its
+/// 8-neighbour ring? Then making `f` a wall cannot disconnect them.
+pub(super) fn ring_connected(board: &Board, occ: &[bool], f: u16) -> bool {
+    let free = |g: u16| g != NONE && !occ[g as usize];
+    let [n, e, s, w] = [0, 1, 2, 3].map(|d| board.neighbour(f, d));
+    // a diagonal square, reached through whichever orthogonal neighbour is floor
+    let diag = |a: u16, da: usize, b: u16, db: usize| {
+        if a != NONE {
+            board.neighbour(a, da)
+        } else if b != NONE {
+            board.neighbour(b, db)
+        } else {
+            NONE
+        }
+    };
+    let ring = [n, diag(n, 1, e, 0), e, diag(e, 2, s, 1), s, diag(s, 3, w, 2), w, diag(w, 0, n, 3)];
+    let open: [bool; 8] = ring.map(free);
+    // count runs of open squares (circularly) that hold an orthogonal neighbour
+    let mut runs = 0;
+    let start = match (0..8).find(|&i| !open[i]) {
+        Some(i) => i,
+        None => return true,
+    };
+    let mut in_run = false;
+    let mut run_has_orth = false;
+    for k in 1..=8 {
+        let i = (start + k) % 8;
+        if open[i] {
+            in_run = true;
+            run_has_orth |= i % 2 == 0;
+        } else {
+            if in_run && run_has_orth {
+                runs += 1;
+            }
+            in_run = false;
+            run_has_orth = false;
+        }
+    }
+    runs <= 1
+}
+
+/// The normalized player square for a box set and a player square.
+pub fn normalize_player(board: &Board, sc: &mut Scratch, boxes: &[u16], player: u16) -> u16 {
+    sc.place(boxes);
+    let n = sc.normalize(board, player);
+    sc.clear(boxes);
+    n
+}
