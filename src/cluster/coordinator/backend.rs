@@ -1,4 +1,4 @@
-//! The cluster as a [`LayerBackend`]: each `step` is a barrier the coordinator
+//! The cluster as a [`LayerBackend`] (the barrier): each `step` is a barrier the coordinator
 //! drives (every worker expands, streaming successors to their owners → every
 //! worker merges and reports its new layer's size and meeting → every worker seals
 //! and checkpoints), so the engine's own `bidirectional` loop runs unchanged over
@@ -15,329 +15,18 @@ use super::super::codec::keys_to_bytes;
 use super::super::net::{rpc_err, WorkerRpc};
 use super::super::proto::*;
 use super::super::{side_to, ClusterError, PROTOCOL_VERSION};
-use super::{JobRecord, Kind, Shared, State};
-use crate::engine::driver::{solve, Deployment, Observers, SolveSpec, TableSource};
-use crate::engine::kpg::{build_tables_with, DeadlockTables, KStats, KpgProgress, MAX_K};
+use super::job::engine_error;
+use super::{JobRecord, Shared, State};
 use crate::engine::partition::Partitioner;
-use crate::engine::report::SolveReport;
-use crate::engine::search::{exhaust, LayerBackend, LayerEvent, Limits, NoProgress, Progress, SearchEnd, StepOutcome};
-use crate::engine::{EngineError, Problem, Side};
-use crate::model::board::Board;
-use crate::model::key::{KeyWidth, StateKey};
-use crate::model::level::parse_one;
-use crate::model::rules::Pruning;
-use crate::storage::kdb;
-use std::collections::BTreeMap;
+use crate::engine::search::{LayerBackend, SearchEnd, StepOutcome};
+use crate::engine::{EngineError, Side};
+use crate::model::key::StateKey;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
-
-/// Converts a report to its protocol form.
-pub fn report_to_proto(r: &SolveReport) -> SolveResult {
-    SolveResult {
-        status: r.status.name().into(),
-        pushes: r.pushes.map(|v| v as u64),
-        moves: r.moves.map(|v| v as u64),
-        solution: r.solution.clone(),
-        states: r.states,
-        generated: r.generated,
-        seconds: r.seconds,
-        forward_layers: r.forward_layers as u32,
-        backward_layers: r.backward_layers as u32,
-        peak_memory_bytes: r.peak_memory_bytes,
-        key_width: match r.key_width {
-            KeyWidth::U64 => "u64",
-            KeyWidth::U128 => "u128",
-            KeyWidth::Bits256 => "bits256",
-            KeyWidth::Bits1024 => "bits1024",
-        }
-        .into(),
-        reason: r.reason.clone(),
-        kpg_seconds: r.kpg_seconds,
-        store_bytes: r.store_bytes,
-        disk_bytes: r.disk_bytes,
-    }
-}
-
-/// Runs job `id` to its end (or until the coordinator stops), recording the
-/// outcome in the job table and log. The solve itself is the one driver's
-/// ([`crate::engine::driver::solve`]) on a [`ClusterDeployment`].
-pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
-    let Some(rec) = sh.record(id) else { return };
-    let Some((stop, cancelled)) = sh.stop_flags(id) else { return };
-    let fail = |msg: String| {
-        tracing::warn!(job = id, error = %msg, "job failed");
-        let _ = sh.update(id, true, |r| {
-            r.state = State::Failed;
-            r.message = msg;
-        });
-    };
-    let board = match parse_one(&rec.level_text, "job").and_then(|l| Board::new(&l)) {
-        Ok(b) => Arc::new(b),
-        Err(e) => return fail(format!("bad level: {e}")),
-    };
-    sh.set_running(id, true);
-    let mut deployment = ClusterDeployment { sh: sh.clone(), id, rt: rt.clone(), stop: &stop, tables_reused: None };
-    if rec.kind == Kind::Deadlocks {
-        let max_k = (rec.options.kpg as usize).min(MAX_K);
-        let built = deployment.build_tables(&board, max_k, &stop, &NoProgress);
-        sh.set_running(id, false);
-        let (state, msg) = match (cancelled.load(Ordering::SeqCst), built) {
-            (true, _) => (State::Cancelled, "cancelled".to_string()),
-            (false, Err(e)) => return (fail(cluster_error(e).to_string()), unload_all(sh, id, rt)).1,
-            (false, Ok(None)) => (State::Failed, "stopped by its timeout before the tables were complete".to_string()),
-            (false, Ok(Some(_))) => (State::Finished, format!("k-PG tables built for k = 1..{}", rec.options.kpg)),
-        };
-        let _ = sh.update(id, true, |r| {
-            r.state = state;
-            r.message = msg;
-        });
-        return unload_all(sh, id, rt);
-    }
-    let spec = SolveSpec {
-        pruning: Pruning { dead_squares: true, freeze: !rec.options.no_freeze, pi_corrals: !rec.options.no_pi_corrals },
-        tables: TableSource::Build(rec.options.kpg as usize),
-        max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
-        // the deadline counts the time already run before a coordinator restart
-        deadline: (rec.options.timeout > 0.0)
-            .then(|| Instant::now() + Duration::from_secs_f64((rec.options.timeout - rec.seconds).max(0.0))),
-    };
-    let progress = JobProgress { id };
-    let out = solve(&mut deployment, board, &spec, &stop, &Observers { tables: &NoProgress, search: &progress });
-    sh.set_running(id, false);
-    let user_cancel = cancelled.load(Ordering::SeqCst);
-    match out {
-        Ok(report) => {
-            let state = if user_cancel { State::Cancelled } else { State::Finished };
-            tracing::info!(
-                job = id,
-                status = report.status.name(),
-                pushes = report.pushes,
-                states = report.states,
-                "job done"
-            );
-            let _ = sh.update(id, true, |r| {
-                r.state = state;
-                r.message = if user_cancel { "cancelled".into() } else { String::new() };
-                r.result = Some(report.clone());
-            });
-        }
-        Err(_) if user_cancel => {
-            let _ = sh.update(id, true, |r| {
-                r.state = State::Cancelled;
-                r.message = "cancelled".into();
-            });
-        }
-        Err(e) => fail(cluster_error(e).to_string()),
-    }
-    unload_all(sh, id, rt);
-}
-
-/// The cluster error behind an engine error: a backend's own error comes back
-/// out of the box it crossed the engine in.
-pub fn cluster_error(e: EngineError) -> ClusterError {
-    ClusterError::from(e)
-}
-
-/// A cluster error handed to the engine: a cancel is the engine's own kind,
-/// anything else travels boxed.
-fn engine_error(e: ClusterError) -> EngineError {
-    match e {
-        ClusterError::Cancelled => EngineError::Cancelled,
-        other => EngineError::seam(other),
-    }
-}
-
-/// The cluster as a [`Deployment`] of the one solve driver: k-games and the
-/// level's search run over the job's workers.
-struct ClusterDeployment<'a> {
-    sh: Arc<Shared>,
-    id: u64,
-    rt: Handle,
-    stop: &'a AtomicBool,
-    /// Set when the tables came from the data dir (a coordinator restart):
-    /// their build time as first recorded.
-    tables_reused: Option<f64>,
-}
-
-impl Deployment for ClusterDeployment<'_> {
-    fn build_tables(
-        &mut self,
-        board: &Arc<Board>,
-        max_k: usize,
-        _cancel: &AtomicBool,
-        _progress: &dyn KpgProgress,
-    ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError> {
-        let Some((bytes, secs, reused)) =
-            tables_for(&self.sh, self.id, &self.rt, board, max_k, self.stop).map_err(engine_error)?
-        else {
-            return Ok(None);
-        };
-        if reused {
-            self.tables_reused = Some(secs);
-        }
-        let file = kdb::decode(&tables_path(&self.sh, self.id), &bytes)?;
-        Ok(Some((DeadlockTables::new(board.clone(), file.tables), Vec::new())))
-    }
-
-    fn search<K: StateKey>(
-        &mut self,
-        problem: &Problem<K>,
-        tables: Option<&Arc<DeadlockTables>>,
-        _cancel: &AtomicBool,
-        search: &mut dyn FnMut(&mut dyn LayerBackend<K>) -> Result<(), EngineError>,
-    ) -> Result<(), EngineError> {
-        let rec =
-            self.sh.record(self.id).ok_or_else(|| engine_error(ClusterError::NotFound(format!("job {}", self.id))))?;
-        let bytes = tables.map(|t| kdb::encode(t, &rec.level_text)).unwrap_or_default();
-        let phase = Phase::main(Arc::new(bytes));
-        let mut backend =
-            ClusterBackend::<K>::new(self.sh.clone(), self.id, self.rt.clone(), self.stop, phase, &problem.space)
-                .map_err(engine_error)?;
-        search(&mut backend)
-    }
-
-    fn finish_report(&mut self, report: &mut SolveReport) {
-        // the job log's counts span coordinator restarts
-        let Some(rec) = self.sh.record(self.id) else { return };
-        report.states = rec.stored;
-        report.generated = rec.generated;
-        report.forward_layers = rec.layers[0].len();
-        report.backward_layers = rec.layers[1].len();
-        report.peak_memory_bytes = rec.peak_memory_bytes;
-        report.store_bytes = rec.memory_bytes;
-        report.disk_bytes = rec.disk_bytes;
-        report.seconds = report.seconds.max(rec.seconds);
-        if let Some(secs) = self.tables_reused {
-            report.kpg_seconds = secs;
-        }
-    }
-}
-
-/// Tells every worker of a finished job to drop it and its checkpoint.
-fn unload_all(sh: &Arc<Shared>, id: u64, rt: &Handle) {
-    let Some(rec) = sh.record(id) else { return };
-    for node in &rec.nodes {
-        if let Some(addr) = sh.address_of(node) {
-            if let Ok(mut c) = sh.clients.get(&addr) {
-                let _ = rt.block_on(async {
-                    tokio::time::timeout(Duration::from_secs(10), c.unload(UnloadRequest { job_id: id })).await
-                });
-            }
-        }
-    }
-}
-
-/// Where a job's k-PG database lives in the coordinator's data dir.
-pub fn tables_path(sh: &Shared, id: u64) -> std::path::PathBuf {
-    sh.cfg.data_dir.join("tables").join(format!("{id}.kdb"))
-}
-
-/// What building each k cost, kept next to the database.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct KStatRecord {
-    pub k: usize,
-    pub forward_states: u64,
-    pub backward_states: u64,
-    pub forward_patterns: usize,
-    pub backward_patterns: usize,
-    pub seconds: f64,
-}
-
-const STATS_MAGIC: &[u8; 8] = b"SKKSTATS";
-
-/// Reads the k-PG statistics of job `id`, if its tables were built.
-pub fn read_kpg_stats(sh: &Shared, id: u64) -> Result<Option<Vec<KStatRecord>>, ClusterError> {
-    super::super::persist::read(&tables_path(sh, id).with_extension("stats"), STATS_MAGIC, 1)
-}
-
-/// The job's k-PG tables as a .kdb database: the saved one after a coordinator
-/// restart, or built now by playing every k-game on the cluster (the same
-/// `exhaust` loop, over the workers). `None` when stopped part way.
-fn tables_for(
-    sh: &Arc<Shared>,
-    id: u64,
-    rt: &Handle,
-    board: &Arc<Board>,
-    max_k: usize,
-    stop: &AtomicBool,
-) -> Result<Option<(Vec<u8>, f64, bool)>, ClusterError> {
-    let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
-    let path = tables_path(sh, id);
-    if let Ok(bytes) = std::fs::read(&path) {
-        if let Ok(f) = kdb::decode(&path, &bytes) {
-            if f.fingerprint == board.fingerprint() {
-                tracing::info!(job = id, "k-pg tables reused from the data dir");
-                return Ok(Some((bytes, rec.kpg_seconds, true)));
-            }
-        }
-    }
-    let started = Instant::now();
-    let max_k = max_k.min(MAX_K);
-    let mut explore = |problem: &Problem<u64>, tables: &DeadlockTables, side: Side, seeds: &[u64]| {
-        let k = problem.space.boxes;
-        let bytes = if tables.tables.is_empty() { Vec::new() } else { kdb::encode(tables, &rec.level_text) };
-        let phase = Phase { name: format!("k{k}-{}", side.name()), boxes: k as u32, tables: Arc::new(bytes) };
-        tracing::info!(job = id, k, side = side.name(), "k-game on the cluster");
-        let mut b = ClusterBackend::<u64>::new(sh.clone(), id, rt.clone(), stop, phase, &problem.space)
-            .map_err(engine_error)?;
-        let limits = Limits { cancel: stop, max_states: None };
-        let end = exhaust(&mut b, side, seeds, &limits, &NoProgress)?.0;
-        if matches!(end, SearchEnd::Cancelled) {
-            return Ok(None);
-        }
-        b.collect(side).map_err(engine_error)
-    };
-    let (tables, stats) = build_tables_with(board.clone(), max_k, &NoProgress, &mut explore).map_err(cluster_error)?;
-    if stop.load(Ordering::SeqCst) {
-        return Ok(None);
-    }
-    let secs = started.elapsed().as_secs_f64();
-    let bytes = kdb::encode(&tables, &rec.level_text);
-    let dir = path.parent().expect("tables dir");
-    std::fs::create_dir_all(dir).map_err(|e| ClusterError::io(format!("creating {}", dir.display()), e))?;
-    let records: Vec<KStatRecord> = stats
-        .iter()
-        .map(|s| KStatRecord {
-            k: s.k,
-            forward_states: s.forward_states,
-            backward_states: s.backward_states,
-            forward_patterns: s.forward_patterns,
-            backward_patterns: s.backward_patterns,
-            seconds: s.seconds,
-        })
-        .collect();
-    super::super::persist::write(&path.with_extension("stats"), STATS_MAGIC, 1, &records)?;
-    let tmp = path.with_extension("kdb.tmp");
-    std::fs::write(&tmp, &bytes).map_err(|e| ClusterError::io(format!("writing {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| ClusterError::io(format!("writing {}", path.display()), e))?;
-    sh.update(id, true, |r| r.kpg_seconds = secs)?;
-    tracing::info!(job = id, k = max_k, bytes = bytes.len(), seconds = secs, "k-pg tables built on the cluster");
-    Ok(Some((bytes, secs, false)))
-}
-
-/// Progress of the search loop: structured logs (watchers read the job record,
-/// which the backend updates at every layer).
-struct JobProgress {
-    id: u64,
-}
-
-impl Progress for JobProgress {
-    fn layer_done(&self, e: &LayerEvent) {
-        tracing::info!(
-            job = self.id,
-            side = e.side.name(),
-            layer = e.layer,
-            new = e.new_states,
-            stored = e.stored,
-            seconds = e.seconds,
-            "layer done"
-        );
-    }
-}
 
 /// Which search of a job a backend runs: the level itself ("main", its layers
 /// recorded in the job log) or one side of a k-game of the k-PG tables.
@@ -354,35 +43,35 @@ impl Phase {
     pub fn main(tables: Arc<Vec<u8>>) -> Phase {
         Phase { name: "main".into(), boxes: 0, tables }
     }
-    fn is_main(&self) -> bool {
+    pub(super) fn is_main(&self) -> bool {
         self.name == "main"
     }
 }
 
 /// The cluster behind the engine's [`LayerBackend`] seam.
 pub struct ClusterBackend<'a, K: StateKey> {
-    sh: Arc<Shared>,
-    phase: Phase,
-    id: u64,
-    rt: Handle,
-    stop: &'a AtomicBool,
-    partitioner: Partitioner,
-    nodes: Vec<String>,
-    owners: Vec<u32>,
+    pub(super) sh: Arc<Shared>,
+    pub(super) phase: Phase,
+    pub(super) id: u64,
+    pub(super) rt: Handle,
+    pub(super) stop: &'a AtomicBool,
+    pub(super) partitioner: Partitioner,
+    pub(super) nodes: Vec<String>,
+    pub(super) owners: Vec<u32>,
     /// Current address of each node.
-    addresses: Vec<String>,
+    pub(super) addresses: Vec<String>,
     /// The incarnation each node holds the job in (0: must be loaded).
-    loaded: Vec<u64>,
+    pub(super) loaded: Vec<u64>,
     /// Sizes of the completed layers.
-    layers: [Vec<u64>; 2],
-    step_id: u64,
+    pub(super) layers: [Vec<u64>; 2],
+    pub(super) step_id: u64,
     /// A worker failed or is missing: the next load is a resume.
-    paused: bool,
-    _key: PhantomData<K>,
+    pub(super) paused: bool,
+    pub(super) _key: PhantomData<K>,
 }
 
 impl<'a, K: StateKey> ClusterBackend<'a, K> {
-    fn new(
+    pub(super) fn new(
         sh: Arc<Shared>,
         id: u64,
         rt: Handle,
@@ -420,7 +109,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
 
     /// Spreads the partitions over the live workers (round robin by node id)
     /// once enough of them are there.
-    fn assign(&mut self, rec: &JobRecord) -> Result<(), ClusterError> {
+    pub(super) fn assign(&mut self, rec: &JobRecord) -> Result<(), ClusterError> {
         let min = self.sh.cfg.min_workers.max(1);
         loop {
             if self.stop.load(Ordering::SeqCst) {
@@ -446,7 +135,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         }
     }
 
-    fn set_message(&self, state: State, msg: String) {
+    pub(super) fn set_message(&self, state: State, msg: String) {
         let _ = self.sh.update(self.id, false, |r| {
             if r.state != state || r.message != msg {
                 r.state = state;
@@ -455,13 +144,13 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         });
     }
 
-    fn table(&self) -> PartitionTable {
+    pub(super) fn table(&self) -> PartitionTable {
         PartitionTable { nodes: self.nodes.clone(), addresses: self.addresses.clone(), owners: self.owners.clone() }
     }
 
     /// Waits until every node of the table is alive and holds the job at the
     /// last completed layer, (re)loading it where needed.
-    fn ensure_ready(&mut self) -> Result<(), ClusterError> {
+    pub(super) fn ensure_ready(&mut self) -> Result<(), ClusterError> {
         let since = Instant::now();
         loop {
             if self.stop.load(Ordering::SeqCst) {
@@ -559,7 +248,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     /// Calls every node of the table at once and collects the replies in node
     /// order. Gives up early when a node of the table is lost (heartbeats) or
     /// the job is stopped.
-    fn all<T, F, Fut>(&self, what: &str, f: F) -> Result<Vec<T>, ClusterError>
+    pub(super) fn all<T, F, Fut>(&self, what: &str, f: F) -> Result<Vec<T>, ClusterError>
     where
         T: Send + 'static,
         F: Fn(usize, WorkerRpc) -> Fut,
@@ -614,7 +303,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     }
 
     /// Every key the workers stored on `side` in this phase, sorted (k-PG).
-    fn collect(&mut self, side: Side) -> Result<Option<Vec<u64>>, ClusterError> {
+    pub(super) fn collect(&mut self, side: Side) -> Result<Option<Vec<u64>>, ClusterError> {
         let job_id = self.id;
         let s = side_to(side);
         self.retrying("collecting k-game states", |b| {
@@ -642,7 +331,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         })
     }
 
-    fn next_step(&mut self) -> u64 {
+    pub(super) fn next_step(&mut self) -> u64 {
         let now =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         self.step_id = (self.step_id + 1).max(now);
@@ -650,7 +339,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     }
 
     /// Drops a failed step on every node that answers.
-    fn abort_all(&self) {
+    pub(super) fn abort_all(&self) {
         let id = self.id;
         self.rt.block_on(async {
             let mut hs = Vec::new();
@@ -668,7 +357,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     }
 
     /// Runs `attempt` until it succeeds, pausing through node faults.
-    fn retrying<T>(
+    pub(super) fn retrying<T>(
         &mut self,
         what: &str,
         mut attempt: impl FnMut(&mut Self) -> Result<T, ClusterError>,
@@ -706,7 +395,11 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         }
     }
 
-    fn try_step(&mut self, side: Side, check_other: bool) -> Result<(StepOutcome<K>, u64, u64), ClusterError> {
+    pub(super) fn try_step(
+        &mut self,
+        side: Side,
+        check_other: bool,
+    ) -> Result<(StepOutcome<K>, u64, u64), ClusterError> {
         let step = self.next_step();
         let layer = self.layers[side.index()].len() - 1;
         let job_id = self.id;
@@ -852,45 +545,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
     }
 
     fn first_in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError> {
-        let b = self;
-        // the candidates of each owner, in order
-        let mut per_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (i, k) in keys.iter().enumerate() {
-            per_node.entry(b.owners[b.partitioner.of(k)] as usize).or_default().push(i);
-        }
-        let job_id = b.id;
-        let s = side_to(side);
-        let r = b.retrying("a path lookup", |b| {
-            let mut found: Option<usize> = None;
-            for (&node, idx) in &per_node {
-                let addr = b.addresses[node].clone();
-                let mut c = b.sh.clients.get(&addr)?;
-                let ks: Vec<K> = idx.iter().map(|&i| keys[i]).collect();
-                let req = LookupRequest { job_id, side: s, layer: layer as u32, keys: keys_to_bytes(&ks) };
-                let reply = b.rt.block_on(async { tokio::time::timeout(Duration::from_secs(60), c.lookup(req)).await });
-                let reply = match reply {
-                    Ok(Ok(r)) => r.into_inner(),
-                    Ok(Err(st)) => return Err(rpc_err("looking up keys", &addr, st)),
-                    Err(_) => return Err(ClusterError::Unavailable(format!("looking up keys ({addr}): timed out"))),
-                };
-                if reply.found.len() != idx.len() {
-                    return Err(ClusterError::Internal(format!(
-                        "{addr} answered {} lookups for {}",
-                        reply.found.len(),
-                        idx.len()
-                    )));
-                }
-                if let Some(j) = reply.found.iter().position(|&f| f) {
-                    found = Some(found.map_or(idx[j], |cur: usize| cur.min(idx[j])));
-                }
-            }
-            Ok(found)
-        });
-        match r {
-            Ok(Some(f)) => Ok(f),
-            Ok(None) => Err(EngineError::Cancelled),
-            Err(e) => Err(engine_error(e)),
-        }
+        self.lookup_first(side, layer, keys)
     }
 
     fn resumed_meeting(&self) -> Option<SearchEnd<K>> {

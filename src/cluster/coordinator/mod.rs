@@ -4,7 +4,10 @@
 //! [`backend`] (the cluster's `LayerBackend`).
 
 pub mod backend;
+pub mod job;
+mod lookup;
 pub mod record;
+pub mod tables;
 
 pub use record::{JobRecord, Kind, Settings, State};
 
@@ -142,7 +145,7 @@ impl Shared {
             memory_bytes: r.memory_bytes,
             disk_bytes: r.disk_bytes,
             message: r.message.clone(),
-            result: r.result.as_ref().map(backend::report_to_proto),
+            result: r.result.as_ref().map(record::report_to_proto),
             keys_exchanged: r.keys_exchanged,
             bytes_exchanged: r.bytes_exchanged,
             forward_layers: r.layers[0].len() as u32,
@@ -508,7 +511,7 @@ impl Coordinator for CoordinatorService {
 
     async fn fetch_tables(&self, req: Request<FetchTablesRequest>) -> R<FetchTablesReply> {
         let id = req.get_ref().job_id;
-        let path = backend::tables_path(&self.sh, id);
+        let path = tables::tables_path(&self.sh, id);
         let p = path.clone();
         let kdb = match super::run_cpu(move || std::fs::read(&p)).await? {
             Ok(b) => b,
@@ -517,7 +520,7 @@ impl Coordinator for CoordinatorService {
             }
             Err(e) => return Err(ClusterError::io(format!("reading {}", path.display()), e).into()),
         };
-        let stats = backend::read_kpg_stats(&self.sh, id)?
+        let stats = tables::read_kpg_stats(&self.sh, id)?
             .unwrap_or_default()
             .into_iter()
             .map(|s| KpgStat {
@@ -585,7 +588,7 @@ async fn run_jobs(sh: Arc<Shared>) {
         };
         let handle = tokio::runtime::Handle::current();
         let s = sh.clone();
-        let r = tokio::task::spawn_blocking(move || backend::run_job(&s, id, &handle)).await;
+        let r = tokio::task::spawn_blocking(move || job::run_job(&s, id, &handle)).await;
         if let Err(e) = r {
             tracing::error!(job = id, error = %e, "job runner crashed");
             let _ = sh.update(id, true, |r| {

@@ -2,10 +2,11 @@
 //! restarts. Protocol messages never enter the log; they are converted at the
 //! service's edge.
 
-use super::super::proto::{JobKind, JobOptions, JobState};
+use super::super::proto::{JobKind, JobOptions, JobState, SolveResult};
 use super::super::ClusterError;
 use crate::engine::report::SolveReport;
 use crate::engine::Side;
+use crate::model::key::KeyWidth;
 use serde::{Deserialize, Serialize};
 
 /// What a job does.
@@ -137,4 +138,31 @@ pub struct JobRecord {
     /// Time spent building k-PG tables.
     #[serde(default)]
     pub kpg_seconds: f64,
+}
+
+/// Converts a report to its protocol form.
+pub fn report_to_proto(r: &SolveReport) -> SolveResult {
+    SolveResult {
+        status: r.status.name().into(),
+        pushes: r.pushes.map(|v| v as u64),
+        moves: r.moves.map(|v| v as u64),
+        solution: r.solution.clone(),
+        states: r.states,
+        generated: r.generated,
+        seconds: r.seconds,
+        forward_layers: r.forward_layers as u32,
+        backward_layers: r.backward_layers as u32,
+        peak_memory_bytes: r.peak_memory_bytes,
+        key_width: match r.key_width {
+            KeyWidth::U64 => "u64",
+            KeyWidth::U128 => "u128",
+            KeyWidth::Bits256 => "bits256",
+            KeyWidth::Bits1024 => "bits1024",
+        }
+        .into(),
+        reason: r.reason.clone(),
+        kpg_seconds: r.kpg_seconds,
+        store_bytes: r.store_bytes,
+        disk_bytes: r.disk_bytes,
+    }
 }

@@ -1,0 +1,212 @@
+//! A job's life on the coordinator: run it to its end through the one solve
+//! driver on a [`ClusterDeployment`] (tables and search over the workers),
+//! record the outcome in the job log, and tell the workers to let it go.
+
+use super::super::proto::*;
+use super::super::ClusterError;
+use super::backend::{ClusterBackend, Phase};
+use super::tables::{tables_for, tables_path};
+use super::{Kind, Shared, State};
+use crate::engine::driver::{solve, Deployment, Observers, SolveSpec, TableSource};
+use crate::engine::kpg::{DeadlockTables, KStats, KpgProgress, MAX_K};
+use crate::engine::report::SolveReport;
+use crate::engine::search::{LayerBackend, LayerEvent, NoProgress, Progress};
+use crate::engine::{EngineError, Problem};
+use crate::model::board::Board;
+use crate::model::key::StateKey;
+use crate::model::level::parse_one;
+use crate::model::rules::Pruning;
+use crate::storage::kdb;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
+
+/// Runs job `id` to its end (or until the coordinator stops), recording the
+/// outcome in the job table and log. The solve itself is the one driver's
+/// ([`crate::engine::driver::solve`]) on a [`ClusterDeployment`].
+pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
+    let Some(rec) = sh.record(id) else { return };
+    let Some((stop, cancelled)) = sh.stop_flags(id) else { return };
+    let fail = |msg: String| {
+        tracing::warn!(job = id, error = %msg, "job failed");
+        let _ = sh.update(id, true, |r| {
+            r.state = State::Failed;
+            r.message = msg;
+        });
+    };
+    let board = match parse_one(&rec.level_text, "job").and_then(|l| Board::new(&l)) {
+        Ok(b) => Arc::new(b),
+        Err(e) => return fail(format!("bad level: {e}")),
+    };
+    sh.set_running(id, true);
+    let mut deployment = ClusterDeployment { sh: sh.clone(), id, rt: rt.clone(), stop: &stop, tables_reused: None };
+    if rec.kind == Kind::Deadlocks {
+        let max_k = (rec.options.kpg as usize).min(MAX_K);
+        let built = deployment.build_tables(&board, max_k, &stop, &NoProgress);
+        sh.set_running(id, false);
+        let (state, msg) = match (cancelled.load(Ordering::SeqCst), built) {
+            (true, _) => (State::Cancelled, "cancelled".to_string()),
+            (false, Err(e)) => return (fail(cluster_error(e).to_string()), unload_all(sh, id, rt)).1,
+            (false, Ok(None)) => (State::Failed, "stopped by its timeout before the tables were complete".to_string()),
+            (false, Ok(Some(_))) => (State::Finished, format!("k-PG tables built for k = 1..{}", rec.options.kpg)),
+        };
+        let _ = sh.update(id, true, |r| {
+            r.state = state;
+            r.message = msg;
+        });
+        return unload_all(sh, id, rt);
+    }
+    let spec = SolveSpec {
+        pruning: Pruning { dead_squares: true, freeze: !rec.options.no_freeze, pi_corrals: !rec.options.no_pi_corrals },
+        tables: TableSource::Build(rec.options.kpg as usize),
+        max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
+        // the deadline counts the time already run before a coordinator restart
+        deadline: (rec.options.timeout > 0.0)
+            .then(|| Instant::now() + Duration::from_secs_f64((rec.options.timeout - rec.seconds).max(0.0))),
+    };
+    let progress = JobProgress { id };
+    let out = solve(&mut deployment, board, &spec, &stop, &Observers { tables: &NoProgress, search: &progress });
+    sh.set_running(id, false);
+    let user_cancel = cancelled.load(Ordering::SeqCst);
+    match out {
+        Ok(report) => {
+            let state = if user_cancel { State::Cancelled } else { State::Finished };
+            tracing::info!(
+                job = id,
+                status = report.status.name(),
+                pushes = report.pushes,
+                states = report.states,
+                "job done"
+            );
+            let _ = sh.update(id, true, |r| {
+                r.state = state;
+                r.message = if user_cancel { "cancelled".into() } else { String::new() };
+                r.result = Some(report.clone());
+            });
+        }
+        Err(_) if user_cancel => {
+            let _ = sh.update(id, true, |r| {
+                r.state = State::Cancelled;
+                r.message = "cancelled".into();
+            });
+        }
+        Err(e) => fail(cluster_error(e).to_string()),
+    }
+    unload_all(sh, id, rt);
+}
+
+/// The cluster error behind an engine error: a backend's own error comes back
+/// out of the box it crossed the engine in.
+pub fn cluster_error(e: EngineError) -> ClusterError {
+    ClusterError::from(e)
+}
+
+/// A cluster error handed to the engine: a cancel is the engine's own kind,
+/// anything else travels boxed.
+pub(super) fn engine_error(e: ClusterError) -> EngineError {
+    match e {
+        ClusterError::Cancelled => EngineError::Cancelled,
+        other => EngineError::seam(other),
+    }
+}
+
+/// The cluster as a [`Deployment`] of the one solve driver: k-games and the
+/// level's search run over the job's workers.
+pub(super) struct ClusterDeployment<'a> {
+    sh: Arc<Shared>,
+    id: u64,
+    rt: Handle,
+    stop: &'a AtomicBool,
+    /// Set when the tables came from the data dir (a coordinator restart):
+    /// their build time as first recorded.
+    tables_reused: Option<f64>,
+}
+
+impl Deployment for ClusterDeployment<'_> {
+    fn build_tables(
+        &mut self,
+        board: &Arc<Board>,
+        max_k: usize,
+        _cancel: &AtomicBool,
+        _progress: &dyn KpgProgress,
+    ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError> {
+        let Some((bytes, secs, reused)) =
+            tables_for(&self.sh, self.id, &self.rt, board, max_k, self.stop).map_err(engine_error)?
+        else {
+            return Ok(None);
+        };
+        if reused {
+            self.tables_reused = Some(secs);
+        }
+        let file = kdb::decode(&tables_path(&self.sh, self.id), &bytes)?;
+        Ok(Some((DeadlockTables::new(board.clone(), file.tables), Vec::new())))
+    }
+
+    fn search<K: StateKey>(
+        &mut self,
+        problem: &Problem<K>,
+        tables: Option<&Arc<DeadlockTables>>,
+        _cancel: &AtomicBool,
+        search: &mut dyn FnMut(&mut dyn LayerBackend<K>) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        let rec =
+            self.sh.record(self.id).ok_or_else(|| engine_error(ClusterError::NotFound(format!("job {}", self.id))))?;
+        let bytes = tables.map(|t| kdb::encode(t, &rec.level_text)).unwrap_or_default();
+        let phase = Phase::main(Arc::new(bytes));
+        let mut backend =
+            ClusterBackend::<K>::new(self.sh.clone(), self.id, self.rt.clone(), self.stop, phase, &problem.space)
+                .map_err(engine_error)?;
+        search(&mut backend)
+    }
+
+    fn finish_report(&mut self, report: &mut SolveReport) {
+        // the job log's counts span coordinator restarts
+        let Some(rec) = self.sh.record(self.id) else { return };
+        report.states = rec.stored;
+        report.generated = rec.generated;
+        report.forward_layers = rec.layers[0].len();
+        report.backward_layers = rec.layers[1].len();
+        report.peak_memory_bytes = rec.peak_memory_bytes;
+        report.store_bytes = rec.memory_bytes;
+        report.disk_bytes = rec.disk_bytes;
+        report.seconds = report.seconds.max(rec.seconds);
+        if let Some(secs) = self.tables_reused {
+            report.kpg_seconds = secs;
+        }
+    }
+}
+
+/// Tells every worker of a finished job to drop it and its checkpoint.
+pub(super) fn unload_all(sh: &Arc<Shared>, id: u64, rt: &Handle) {
+    let Some(rec) = sh.record(id) else { return };
+    for node in &rec.nodes {
+        if let Some(addr) = sh.address_of(node) {
+            if let Ok(mut c) = sh.clients.get(&addr) {
+                let _ = rt.block_on(async {
+                    tokio::time::timeout(Duration::from_secs(10), c.unload(UnloadRequest { job_id: id })).await
+                });
+            }
+        }
+    }
+}
+
+/// Progress of the search loop: structured logs (watchers read the job record,
+/// which the backend updates at every layer).
+pub(super) struct JobProgress {
+    id: u64,
+}
+
+impl Progress for JobProgress {
+    fn layer_done(&self, e: &LayerEvent) {
+        tracing::info!(
+            job = self.id,
+            side = e.side.name(),
+            layer = e.layer,
+            new = e.new_states,
+            stored = e.stored,
+            seconds = e.seconds,
+            "layer done"
+        );
+    }
+}

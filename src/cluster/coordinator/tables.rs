@@ -1,0 +1,105 @@
+//! A job's k-PG tables on the cluster: played k-game by k-game over the workers
+//! (the engine's `exhaust` loop on a [`ClusterBackend`]), kept as a `.kdb`
+//! database and its build statistics in the coordinator's data dir.
+
+use super::super::ClusterError;
+use super::backend::{ClusterBackend, Phase};
+use super::job::{cluster_error, engine_error};
+use super::Shared;
+use crate::engine::kpg::{build_tables_with, DeadlockTables, MAX_K};
+use crate::engine::search::{exhaust, Limits, NoProgress, SearchEnd};
+use crate::engine::{Problem, Side};
+use crate::model::board::Board;
+use crate::storage::kdb;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::runtime::Handle;
+
+/// Where a job's k-PG database lives in the coordinator's data dir.
+pub fn tables_path(sh: &Shared, id: u64) -> std::path::PathBuf {
+    sh.cfg.data_dir.join("tables").join(format!("{id}.kdb"))
+}
+
+/// What building each k cost, kept next to the database.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct KStatRecord {
+    pub k: usize,
+    pub forward_states: u64,
+    pub backward_states: u64,
+    pub forward_patterns: usize,
+    pub backward_patterns: usize,
+    pub seconds: f64,
+}
+
+pub(super) const STATS_MAGIC: &[u8; 8] = b"SKKSTATS";
+
+/// Reads the k-PG statistics of job `id`, if its tables were built.
+pub fn read_kpg_stats(sh: &Shared, id: u64) -> Result<Option<Vec<KStatRecord>>, ClusterError> {
+    super::super::persist::read(&tables_path(sh, id).with_extension("stats"), STATS_MAGIC, 1)
+}
+
+/// The job's k-PG tables as a .kdb database: the saved one after a coordinator
+/// restart, or built now by playing every k-game on the cluster (the same
+/// `exhaust` loop, over the workers). `None` when stopped part way.
+pub(super) fn tables_for(
+    sh: &Arc<Shared>,
+    id: u64,
+    rt: &Handle,
+    board: &Arc<Board>,
+    max_k: usize,
+    stop: &AtomicBool,
+) -> Result<Option<(Vec<u8>, f64, bool)>, ClusterError> {
+    let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
+    let path = tables_path(sh, id);
+    if let Ok(bytes) = std::fs::read(&path) {
+        if let Ok(f) = kdb::decode(&path, &bytes) {
+            if f.fingerprint == board.fingerprint() {
+                tracing::info!(job = id, "k-pg tables reused from the data dir");
+                return Ok(Some((bytes, rec.kpg_seconds, true)));
+            }
+        }
+    }
+    let started = Instant::now();
+    let max_k = max_k.min(MAX_K);
+    let mut explore = |problem: &Problem<u64>, tables: &DeadlockTables, side: Side, seeds: &[u64]| {
+        let k = problem.space.boxes;
+        let bytes = if tables.tables.is_empty() { Vec::new() } else { kdb::encode(tables, &rec.level_text) };
+        let phase = Phase { name: format!("k{k}-{}", side.name()), boxes: k as u32, tables: Arc::new(bytes) };
+        tracing::info!(job = id, k, side = side.name(), "k-game on the cluster");
+        let mut b = ClusterBackend::<u64>::new(sh.clone(), id, rt.clone(), stop, phase, &problem.space)
+            .map_err(engine_error)?;
+        let limits = Limits { cancel: stop, max_states: None };
+        let end = exhaust(&mut b, side, seeds, &limits, &NoProgress)?.0;
+        if matches!(end, SearchEnd::Cancelled) {
+            return Ok(None);
+        }
+        b.collect(side).map_err(engine_error)
+    };
+    let (tables, stats) = build_tables_with(board.clone(), max_k, &NoProgress, &mut explore).map_err(cluster_error)?;
+    if stop.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let bytes = kdb::encode(&tables, &rec.level_text);
+    let dir = path.parent().expect("tables dir");
+    std::fs::create_dir_all(dir).map_err(|e| ClusterError::io(format!("creating {}", dir.display()), e))?;
+    let records: Vec<KStatRecord> = stats
+        .iter()
+        .map(|s| KStatRecord {
+            k: s.k,
+            forward_states: s.forward_states,
+            backward_states: s.backward_states,
+            forward_patterns: s.forward_patterns,
+            backward_patterns: s.backward_patterns,
+            seconds: s.seconds,
+        })
+        .collect();
+    super::super::persist::write(&path.with_extension("stats"), STATS_MAGIC, 1, &records)?;
+    let tmp = path.with_extension("kdb.tmp");
+    std::fs::write(&tmp, &bytes).map_err(|e| ClusterError::io(format!("writing {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| ClusterError::io(format!("writing {}", path.display()), e))?;
+    sh.update(id, true, |r| r.kpg_seconds = secs)?;
+    tracing::info!(job = id, k = max_k, bytes = bytes.len(), seconds = secs, "k-pg tables built on the cluster");
+    Ok(Some((bytes, secs, false)))
+}
