@@ -77,7 +77,7 @@ fn pattern_bench(c: &mut Criterion, index: usize, ks: &[usize]) {
     while states.len() < 400 && !frontier.is_empty() {
         let mut next = Vec::new();
         for k in &frontier {
-            problem.expand(Side::Forward, k, &mut sc, |s, m| {
+            problem.expand(Side::Forward, k, &mut sc, 0, &mut [0; sokoshard::engine::EXCESS_BINS], |s: u64, m| {
                 next.push(s);
                 states.push((s, board.neighbour(m.from, m.dir as usize)));
             });

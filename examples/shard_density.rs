@@ -51,7 +51,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cancel: &cancel,
     };
     let (starts, goals) = seeds(&problem);
-    bidirectional(&mut backend, &starts, &goals, &Limits { cancel: &cancel, max_states: None }, &NoProgress)?;
+    bidirectional(
+        &mut backend,
+        &starts,
+        &goals,
+        &Limits { cancel: &cancel, max_states: None, bound: None },
+        &NoProgress,
+    )?;
     let mut layers: Vec<Vec<u64>> = Vec::new();
     for side in [Side::Forward, Side::Backward] {
         for l in 0..store.layers(side) {

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use crate::engine::driver::{seeds, TableSource};
+pub use crate::engine::driver::{seeds, BoundSpec, TableSource};
 pub use crate::engine::report::{SolveReport, Status, StorageReport};
 
 /// Options for a local solve.
@@ -40,6 +40,8 @@ pub struct SolveOptions {
     pub tables: TableSource,
     /// Stop (status `timeout`) at this instant; a table build counts.
     pub deadline: Option<Instant>,
+    /// The bounded search (on by default).
+    pub bound: BoundSpec,
     /// Memory budget in bytes for states and successors. With a budget or a
     /// spill directory the solve keeps what fits in RAM and spills the rest;
     /// with neither, everything stays in RAM.
@@ -71,6 +73,7 @@ impl Default for SolveOptions {
             max_states: None,
             tables: TableSource::None,
             deadline: None,
+            bound: BoundSpec::Iterate,
             memory_budget: None,
             spill_dir: None,
             keep_spill: false,
@@ -106,6 +109,7 @@ pub fn solve_local_observed(
     let spec = SolveSpec {
         pruning: opts.pruning,
         tables: opts.tables.clone(),
+        bound: opts.bound,
         max_states: opts.max_states,
         deadline: opts.deadline,
     };
@@ -232,7 +236,7 @@ fn explore(
     let store = MemStore::<u64>::new(partitions);
     let exchange = LocalExchange::<u64>::new(partitions);
     let mut backend = LocalBackend { problem, partitioner, store: &store, exchange: &exchange, cancel };
-    let limits = Limits { cancel, max_states: None };
+    let limits = Limits { cancel, max_states: None, bound: None };
     let (end, _) = exhaust(&mut backend, side, seeds, &limits, progress)?;
     if matches!(end, SearchEnd::Cancelled) {
         return Ok(None);

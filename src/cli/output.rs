@@ -81,6 +81,17 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                     let _ = writeln!(out, "{head}: {}{why}", other.name());
                 }
             }
+            if !r.iterations.is_empty() {
+                let steps: Vec<String> = r
+                    .iterations
+                    .iter()
+                    .map(|it| {
+                        let u = it.bound.map_or("none".to_string(), |u| u.to_string());
+                        format!("{u} ({} states, {:.2} s)", it.states, it.seconds)
+                    })
+                    .collect();
+                let _ = writeln!(out, "  bounds: {}", steps.join(", "));
+            }
             let _ = writeln!(out, "  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds);
             if let Some(st) = &r.storage {
                 let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };

@@ -9,7 +9,7 @@ use sokoshard::engine::kpg::MAX_K;
 use sokoshard::model::board::Board;
 use sokoshard::model::level::{Level, LevelText};
 use sokoshard::model::rules::Pruning;
-use sokoshard::solve::{solve_local_observed, SolveOptions, SolveReport, Status, TableSource};
+use sokoshard::solve::{solve_local_observed, BoundSpec, SolveOptions, SolveReport, Status, TableSource};
 use sokoshard::storage::budget::parse_size;
 use sokoshard::storage::disk::SpillPolicy;
 use sokoshard::storage::kdb;
@@ -69,6 +69,15 @@ pub struct SolveArgs {
     /// player can reach every push into a fenced-off area, only those pushes).
     #[arg(long)]
     pub no_pi_corrals: bool,
+    /// The plain search: no push-distance bound (by default the search keeps
+    /// only states that can still lie on a solution within a bound, raised
+    /// until the sides meet; the answer is push-optimal either way).
+    #[arg(long)]
+    pub no_bound: bool,
+    /// One bounded iteration at this many pushes (say, a known solution's):
+    /// the optimum if some solution is that short, else "no solution within N".
+    #[arg(long, value_name = "N", conflicts_with = "no_bound")]
+    pub upper_bound: Option<u32>,
     /// Build k-PG deadlock tables up to this k in memory before each solve (1 to 8).
     /// Without it the solve still prunes dead squares, the player-free part of the
     /// 1-PG table; `--kpg 0` turns that off too and uses no table at all.
@@ -145,6 +154,11 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         max_states: args.max_states,
         tables: TableSource::None,
         deadline: None,
+        bound: match (args.no_bound, args.upper_bound) {
+            (true, _) => BoundSpec::Off,
+            (false, Some(u)) => BoundSpec::Upper(u),
+            (false, None) => BoundSpec::Iterate,
+        },
         memory_budget: args.mem,
         spill_dir: args.spill_dir.clone(),
         keep_spill: args.keep_spill,

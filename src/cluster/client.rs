@@ -94,10 +94,12 @@ fn report_of(r: &SolveResult) -> SolveReport {
         "unsolvable" => Status::Unsolvable,
         "timeout" => Status::Timeout,
         "limit" => Status::Limit,
+        "bounded" => Status::Bounded,
         _ => Status::Error,
     };
     SolveReport {
         storage: None,
+        iterations: Vec::new(),
         status,
         pushes: r.pushes.map(|v| v as usize),
         moves: r.moves.map(|v| v as usize),

@@ -7,10 +7,11 @@
 
 use super::kpg::{DeadlockTables, KStats, KpgProgress};
 use super::path::rebuild;
-use super::report::{SolveReport, Status};
-use super::search::{bidirectional, LayerBackend, Limits, Progress, SearchEnd};
-use super::{EngineError, PatternCheck, Problem};
+use super::report::{BoundIteration, SolveReport, Status};
+use super::search::{bidirectional, LayerBackend, Limits, Progress, SearchEnd, SearchStats};
+use super::{Bound, EngineError, LowerBound, PatternCheck, Problem};
 use crate::model::board::Board;
+use crate::model::bounds::{PushDistances, UNREACHABLE};
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::rules::{goal_states, normalize_player, Pruning, Scratch};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,11 +31,25 @@ pub enum TableSource {
     Given(Arc<DeadlockTables>),
 }
 
+/// Whether and how the search is bounded (the push-distance lower bound of
+/// [`PushDistances`], iterated over bounds `U`; see `search.rs` for the proof).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoundSpec {
+    /// The plain search: no bound.
+    Off,
+    /// Iterate `U` upward from the start's lower bound until the sides meet.
+    Iterate,
+    /// One iteration at this `U` (a known solution's length, say): the answer
+    /// is the optimum, or "no solution within `U`".
+    Upper(u32),
+}
+
 /// The policy of one solve.
 #[derive(Clone)]
 pub struct SolveSpec {
     pub pruning: Pruning,
     pub tables: TableSource,
+    pub bound: BoundSpec,
     /// Stop (status `limit`) once this many states are stored.
     pub max_states: Option<u64>,
     /// Stop (status `timeout`) at this instant; the table build counts.
@@ -43,7 +58,13 @@ pub struct SolveSpec {
 
 impl Default for SolveSpec {
     fn default() -> Self {
-        SolveSpec { pruning: Pruning::SOLVE, tables: TableSource::None, max_states: None, deadline: None }
+        SolveSpec {
+            pruning: Pruning::SOLVE,
+            tables: TableSource::None,
+            bound: BoundSpec::Iterate,
+            max_states: None,
+            deadline: None,
+        }
     }
 }
 
@@ -163,29 +184,141 @@ fn search<K: StateKey, D: Deployment>(
     report: &mut SolveReport,
 ) -> Result<(), EngineError> {
     let patterns = tables.clone().map(|t| t as Arc<dyn PatternCheck>);
-    let problem = Problem::<K>::full(board.clone(), spec.pruning, patterns);
-    let limits = Limits { cancel, max_states: spec.max_states };
-    deployment.search(&problem, tables.as_ref(), cancel, &mut |backend| {
-        let end = match backend.resumed_meeting() {
-            Some(end) => end,
-            None => {
-                let (starts, goals) = seeds(&problem);
-                let (end, stats) = bidirectional(backend, &starts, &goals, &limits, progress)?;
-                report.record_stats(&stats);
-                end
+    let lower = (spec.bound != BoundSpec::Off).then(|| Arc::new(PushDistances::new(board)));
+    let mut limit = match (&lower, spec.bound) {
+        (None, _) => None,
+        (Some(lower), bound) => {
+            let start = lower.estimate(&board.start_boxes, true);
+            if start == UNREACHABLE {
+                report.status = Status::Unsolvable;
+                report.reason = Some("the boxes cannot each reach a different goal".into());
+                return Ok(());
             }
-        };
-        match end {
-            SearchEnd::Met { key, forward, backward } => {
+            match bound {
+                // the largest U of the solutions' parity not above the given one
+                BoundSpec::Upper(u) => match u.checked_sub((u + lower.parity()) % 2) {
+                    Some(u) => Some(u),
+                    None => {
+                        report.status = Status::Bounded;
+                        report.reason = Some(format!("no solution within {u} pushes"));
+                        return Ok(());
+                    }
+                },
+                _ => Some(start),
+            }
+        }
+    };
+    let mut totals = SearchStats::default();
+    // the bound's growth per iteration: doubled while an iteration costs less
+    // than twice the one before, so that the iterations' costs grow
+    // geometrically and their sum stays within a small multiple of the last
+    let mut step = 2u32;
+    let mut last_states = 0u64;
+    loop {
+        let t0 = Instant::now();
+        let bound = limit.zip(lower.clone()).map(|(limit, l)| Bound { lower: l as Arc<dyn LowerBound>, limit });
+        let problem = Problem::<K>::full(board.clone(), spec.pruning, patterns.clone()).with_bound(bound);
+        let limits =
+            Limits { cancel, max_states: spec.max_states.map(|m| m.saturating_sub(totals.stored)), bound: limit };
+        let mut end = None;
+        let mut next_limit = None;
+        deployment.search(&problem, tables.as_ref(), cancel, &mut |backend| {
+            let found = match backend.resumed_meeting() {
+                Some(end) => end,
+                None => {
+                    let (starts, goals) = seeds(&problem);
+                    let (found, stats) = bidirectional(backend, &starts, &goals, &limits, progress)?;
+                    add(&mut totals, &stats);
+                    if lower.is_some() {
+                        report.iterations.push(BoundIteration {
+                            bound: limit,
+                            states: stats.stored,
+                            generated: stats.generated,
+                            pruned: stats.bound_pruned(),
+                            seconds: t0.elapsed().as_secs_f64(),
+                        });
+                        tracing::info!(
+                            bound = limit,
+                            states = stats.stored,
+                            pruned = stats.bound_pruned(),
+                            "bound iteration done"
+                        );
+                    }
+                    if stats.stored < 2 * last_states {
+                        step = step.saturating_mul(2);
+                    }
+                    last_states = stats.stored;
+                    next_limit = match limit {
+                        // a bound that drops little costs its matchings and saves
+                        // few states: the rest is the plain search
+                        Some(_) if weak(&stats) => None,
+                        Some(l) => Some(next_bound(l, &stats).max(l.saturating_add(step))),
+                        None => None,
+                    };
+                    found
+                }
+            };
+            if let SearchEnd::Met { key, forward, backward } = found {
                 let pushes = rebuild(&problem, backend, key, forward, backward)?;
                 if !report.record_solution(&problem.board, &pushes) {
                     return Err(EngineError::Internal("rebuilt pushes do not replay".into()));
                 }
             }
-            other => report.record_unmet(&other),
+            end = Some(found);
+            Ok(())
+        })?;
+        report.record_stats(&totals);
+        match end {
+            Some(SearchEnd::Met { .. }) => return Ok(()),
+            Some(SearchEnd::Beyond { .. }) if spec.bound == BoundSpec::Iterate => limit = next_limit,
+            Some(other) => {
+                report.record_unmet(&other);
+                if let (SearchEnd::Beyond { .. }, BoundSpec::Upper(u)) = (other, spec.bound) {
+                    // the parity makes the rounded-down bound's answer the asked one's
+                    report.reason = Some(format!("no solution within {u} pushes"));
+                }
+                return Ok(());
+            }
+            None => return Err(EngineError::Internal("the search reported no end".into())),
         }
-        Ok(())
-    })
+    }
+}
+
+/// Did the bound drop too little of an iteration to pay for itself? Under
+/// 15% of the successors of an iteration of 10^4 states or more.
+fn weak(stats: &SearchStats) -> bool {
+    let pruned = stats.bound_pruned();
+    stats.stored >= 10_000 && pruned * 100 < 15 * (pruned + stats.generated)
+}
+
+/// Sums a finished iteration's counters into the solve's.
+fn add(totals: &mut SearchStats, s: &SearchStats) {
+    totals.stored += s.stored;
+    totals.generated += s.generated;
+    totals.expanded += s.expanded;
+    totals.layers = s.layers;
+    totals.peak_memory_bytes = totals.peak_memory_bytes.max(s.peak_memory_bytes);
+    totals.store_bytes = s.store_bytes;
+    totals.disk_bytes = s.disk_bytes;
+    totals.excess.iter_mut().zip(s.excess).for_each(|(a, b)| *a += b);
+}
+
+/// The next iteration's bound after one that ended below the optimum: the
+/// smallest bound (in steps of two, the solutions' parity) that readmits at
+/// least as many dropped successors as the iteration stored, so that each
+/// iteration costs about twice the one before and the whole iteration at most
+/// about twice the last one; at least one step, at most past everything dropped.
+fn next_bound(limit: u32, stats: &SearchStats) -> u32 {
+    let furthest = stats.excess.iter().rposition(|&n| n > 0).map_or(0, |i| i + 1);
+    let (mut readmitted, mut step) = (0u64, 2usize);
+    loop {
+        readmitted += stats.excess[step - 2] + stats.excess[step - 1];
+        if readmitted >= stats.stored || step >= furthest {
+            break;
+        }
+        step += 2;
+    }
+    limit.saturating_add(step as u32)
 }
 
 /// The forward seeds (the start) and backward seeds (solved, player in each region).

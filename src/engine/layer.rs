@@ -5,19 +5,21 @@
 //! and stores them as its part of the new layer).
 
 use super::partition::{Exchange, PartitionStore, Partitioner};
-use super::{EngineError, Problem, Side};
+use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
 use crate::model::rules::Scratch;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// What the expand phase did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpandStats {
     /// States expanded.
     pub expanded: u64,
     /// Successors generated (before duplicate removal).
     pub generated: u64,
+    /// Successors the bound dropped, by how far over it they were.
+    pub excess: Excess,
 }
 
 /// What the merge phase did.
@@ -44,6 +46,8 @@ pub fn expand<K: StateKey>(
 ) -> Result<Option<ExpandStats>, EngineError> {
     let expanded = AtomicU64::new(0);
     let generated = AtomicU64::new(0);
+    let excess = std::sync::Mutex::new([0u64; EXCESS_BINS]);
+    let depth = layer as u32 + 1;
     let parts = partitioner.count();
     let batch = exchange.route_batch().max(1);
     partitions.par_iter().try_for_each_init(
@@ -54,6 +58,7 @@ pub fn expand<K: StateKey>(
             }
             let mut buckets: Vec<Vec<K>> = (0..parts).map(|_| Vec::new()).collect();
             let (mut n_exp, mut n_gen) = (0u64, 0u64);
+            let mut over = [0u64; EXCESS_BINS];
             let mut route_err = None;
             store.for_each_chunk(side, layer, p, &mut |chunk| {
                 if cancel.load(Ordering::Relaxed) {
@@ -61,7 +66,7 @@ pub fn expand<K: StateKey>(
                 }
                 for key in chunk {
                     n_exp += 1;
-                    problem.expand(side, key, sc, |succ, _| {
+                    problem.expand(side, key, sc, depth, &mut over, |succ, _| {
                         n_gen += 1;
                         let q = partitioner.of(&succ);
                         let b = &mut buckets[q];
@@ -85,13 +90,21 @@ pub fn expand<K: StateKey>(
             }
             expanded.fetch_add(n_exp, Ordering::Relaxed);
             generated.fetch_add(n_gen, Ordering::Relaxed);
+            if over.iter().any(|&n| n > 0) {
+                let mut all = excess.lock().unwrap_or_else(|e| e.into_inner());
+                all.iter_mut().zip(over).for_each(|(a, o)| *a += o);
+            }
             Ok(())
         },
     )?;
     if cancel.load(Ordering::Relaxed) {
         return Ok(None);
     }
-    Ok(Some(ExpandStats { expanded: expanded.into_inner(), generated: generated.into_inner() }))
+    Ok(Some(ExpandStats {
+        expanded: expanded.into_inner(),
+        generated: generated.into_inner(),
+        excess: excess.into_inner().unwrap_or_else(|e| e.into_inner()),
+    }))
 }
 
 /// Merges the candidates delivered to `partitions` into the next layer of `side`

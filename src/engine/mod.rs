@@ -111,6 +111,34 @@ impl EngineError {
     }
 }
 
+/// A lower bound on push distances, for the bounded search: from a state to the
+/// goal (`Side::Forward`) or from the start to it (`Side::Backward`). It must
+/// never exceed the true distance; `u32::MAX` says the state is dead.
+pub trait LowerBound: Send + Sync {
+    fn estimate(&self, side: Side, boxes: &[u16]) -> u32;
+}
+
+impl LowerBound for crate::model::bounds::PushDistances {
+    fn estimate(&self, side: Side, boxes: &[u16]) -> u32 {
+        crate::model::bounds::PushDistances::estimate(self, boxes, side == Side::Forward)
+    }
+}
+
+/// The bound of one iteration of the bounded search: a state at depth `d` on
+/// a side is kept only if `d + lower(side, state) <= limit`.
+#[derive(Clone)]
+pub struct Bound {
+    pub lower: Arc<dyn LowerBound>,
+    pub limit: u32,
+}
+
+/// Bins of the histogram of what the bound dropped: bin `i` counts successors
+/// whose `d + h` was `limit + i + 1`, the last bin those further over.
+pub const EXCESS_BINS: usize = 64;
+
+/// Successors the bound dropped, by how far over the limit they were.
+pub type Excess = [u64; EXCESS_BINS];
+
 /// A pattern-based deadlock check (the k-PG tables), consulted after every move.
 pub trait PatternCheck: Send + Sync {
     /// True when the state reached by moving a box onto `moved` (boxes sorted,
@@ -126,6 +154,8 @@ pub struct Problem<K> {
     pub space: KeySpace,
     pub pruning: Pruning,
     pub patterns: Option<Arc<dyn PatternCheck>>,
+    /// The bounded search's filter, if this search is bounded.
+    pub bound: Option<Bound>,
     _key: PhantomData<K>,
 }
 
@@ -133,7 +163,13 @@ impl<K: StateKey> Problem<K> {
     /// The full level.
     pub fn full(board: Arc<Board>, pruning: Pruning, patterns: Option<Arc<dyn PatternCheck>>) -> Self {
         let space = board.keyspace.clone();
-        Problem { board, space, pruning, patterns, _key: PhantomData }
+        Problem { board, space, pruning, patterns, bound: None, _key: PhantomData }
+    }
+
+    /// The same problem under `bound`.
+    pub fn with_bound(mut self, bound: Option<Bound>) -> Self {
+        self.bound = bound;
+        self
     }
 
     /// A sub-game with `boxes` boxes on the same board.
@@ -144,7 +180,7 @@ impl<K: StateKey> Problem<K> {
         patterns: Option<Arc<dyn PatternCheck>>,
     ) -> Option<Self> {
         let space = KeySpace::new(board.floor_count(), boxes)?;
-        Some(Problem { board, space, pruning, patterns, _key: PhantomData })
+        Some(Problem { board, space, pruning, patterns, bound: None, _key: PhantomData })
     }
 
     #[inline]
@@ -158,12 +194,37 @@ impl<K: StateKey> Problem<K> {
     }
 
     /// Calls `emit` for every (pruned) move of `side` from `key`: pushes forward,
-    /// pulls backward.
-    pub fn expand(&self, side: Side, key: &K, sc: &mut Scratch, mut emit: impl FnMut(K, BoxMove)) {
+    /// pulls backward. `depth` is the successors' depth on `side`, for the
+    /// bound; what the bound drops is counted in `excess`.
+    pub fn expand(
+        &self,
+        side: Side,
+        key: &K,
+        sc: &mut Scratch,
+        depth: u32,
+        excess: &mut Excess,
+        mut emit: impl FnMut(K, BoxMove),
+    ) {
         let mut boxes = std::mem::take(&mut sc.boxes);
         let player = self.decode(key, &mut boxes);
         let patterns = self.patterns.as_deref();
-        let keep = |next: &[u16], moved: u16, p: u16| patterns.is_none_or(|pc| !pc.is_deadlock(side, next, moved, p));
+        let bound = self.bound.as_ref();
+        let keep = |next: &[u16], moved: u16, p: u16| {
+            if patterns.is_some_and(|pc| pc.is_deadlock(side, next, moved, p)) {
+                return false;
+            }
+            let Some(b) = bound else { return true };
+            let h = b.lower.estimate(side, next);
+            if h == u32::MAX {
+                return false; // dead: no goal (start) for every box
+            }
+            let f = depth.saturating_add(h);
+            if f > b.limit {
+                excess[((f - b.limit) as usize).min(EXCESS_BINS) - 1] += 1;
+                return false;
+            }
+            true
+        };
         let on_move = |next: &[u16], p: u16, m: BoxMove| emit(K::encode(&self.space, next, p), m);
         match side {
             Side::Forward => for_each_push_kept(&self.board, sc, &boxes, player, self.pruning, keep, on_move),

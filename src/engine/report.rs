@@ -19,6 +19,9 @@ pub enum Status {
     Unsolvable,
     Timeout,
     Limit,
+    /// The bounded search proved that no solution has at most the given number
+    /// of pushes (`--upper-bound`); there may be longer ones.
+    Bounded,
     Error,
 }
 
@@ -29,6 +32,7 @@ impl Status {
             Status::Unsolvable => "unsolvable",
             Status::Timeout => "timeout",
             Status::Limit => "limit",
+            Status::Bounded => "bounded",
             Status::Error => "error",
         }
     }
@@ -56,6 +60,20 @@ pub struct StorageReport {
     pub spill_dir: Option<PathBuf>,
 }
 
+/// One iteration of the bounded search.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BoundIteration {
+    /// `U`: states with `depth + lower bound > U` were dropped; `None` for
+    /// the plain search that ends an iteration whose bound dropped little.
+    pub bound: Option<u32>,
+    /// States stored and generated in this iteration.
+    pub states: u64,
+    pub generated: u64,
+    /// Successors the bound dropped.
+    pub pruned: u64,
+    pub seconds: f64,
+}
+
 /// The result of solving one level.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SolveReport {
@@ -80,6 +98,9 @@ pub struct SolveReport {
     pub key_width: KeyWidth,
     /// Why the level is unsolvable (or was stopped), when known.
     pub reason: Option<String>,
+    /// The bounded search: each iteration's bound and cost, when it ran.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub iterations: Vec<BoundIteration>,
     /// Disk use of a budgeted solve, as fields of the report's own.
     #[serde(flatten)]
     pub storage: Option<StorageReport>,
@@ -105,6 +126,7 @@ impl SolveReport {
             disk_bytes: 0,
             key_width: board.keyspace.width,
             reason: board.unsolvable.clone(),
+            iterations: Vec::new(),
             storage: None,
         }
     }
@@ -131,6 +153,10 @@ impl SolveReport {
             }
             SearchEnd::Cancelled => self.status = Status::Timeout,
             SearchEnd::Limit => self.status = Status::Limit,
+            SearchEnd::Beyond { bound } => {
+                self.status = Status::Bounded;
+                self.reason = Some(format!("no solution within {bound} pushes"));
+            }
         }
     }
 

@@ -28,10 +28,29 @@
 //! If either side runs dry without a meeting, the kept solution cannot exist
 //! (each of its states would have been found by that side and checked against
 //! the other): the level is unsolvable.
+//!
+//! # With a bound
+//!
+//! A bounded search keeps a state `s` first reached at depth `d` on a side only
+//! if `d + h(s) <= U`, where `h` is a lower bound on the pushes from `s` to the
+//! goal (forward) or from the start to `s` (backward). If `U >= L`, every state
+//! `s_i` of the kept optimal solution passes on both sides: forward,
+//! `h_f(s_i) <= L - i`, so `i + h_f(s_i) <= L <= U`; backward, `h_b(s_i) <= i`,
+//! so `(L - i) + h_b(s_i) <= L <= U`. Dropping states never makes a kept state
+//! reached earlier than its true depth (every layer still holds only real
+//! moves), so the kept solution lies whole in the layers at its true depths and
+//! the argument above holds word for word: the first meeting is optimal,
+//! whatever `U >= L` was. Overshooting costs states, never optimality.
+//!
+//! And when it ends without a meeting: once `d + m >= U` with no meeting so
+//! far, `L >= d + m + 1 > U`; and a side that runs dry proves `L > U` (were
+//! `U >= L`, the kept solution would have been met). Either way the answer is
+//! "no solution within `U`" ([`SearchEnd::Beyond`]); only when the bound
+//! dropped nothing is a dry side a proof that there is no solution at all.
 
 use super::layer::{expand, merge};
 use super::partition::{Exchange, PartitionStore, Partitioner};
-use super::{EngineError, Problem, Side};
+use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -67,6 +86,10 @@ pub struct Limits<'a> {
     pub cancel: &'a AtomicBool,
     /// Stop (status `limit`) once this many states are stored.
     pub max_states: Option<u64>,
+    /// The bounded search's limit `U`: the problem keeps only states with
+    /// `depth + lower bound <= U`, and the search ends with
+    /// [`SearchEnd::Beyond`] once no solution of at most `U` pushes can remain.
+    pub bound: Option<u32>,
 }
 
 /// How a search ended.
@@ -80,10 +103,12 @@ pub enum SearchEnd<K> {
     Cancelled,
     /// Stopped at the state limit.
     Limit,
+    /// Bounded search: no solution has at most `bound` pushes.
+    Beyond { bound: u32 },
 }
 
 /// Counters of a finished search.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct SearchStats {
     pub stored: u64,
     pub generated: u64,
@@ -93,6 +118,30 @@ pub struct SearchStats {
     /// Bytes the visited sets hold in memory at the end.
     pub store_bytes: u64,
     pub disk_bytes: u64,
+    /// Successors the bound dropped, by how far over it they were.
+    pub excess: Excess,
+}
+
+impl Default for SearchStats {
+    fn default() -> Self {
+        SearchStats {
+            stored: 0,
+            generated: 0,
+            expanded: 0,
+            layers: [0, 0],
+            peak_memory_bytes: 0,
+            store_bytes: 0,
+            disk_bytes: 0,
+            excess: [0; EXCESS_BINS],
+        }
+    }
+}
+
+impl SearchStats {
+    /// Successors the bound dropped.
+    pub fn bound_pruned(&self) -> u64 {
+        self.excess.iter().sum()
+    }
 }
 
 /// One completed layer step.
@@ -107,6 +156,8 @@ pub struct StepOutcome<K> {
     pub disk_bytes: u64,
     /// Highest memory seen during the step (store plus buffered successors).
     pub peak_memory_bytes: u64,
+    /// Successors the bound dropped, by how far over it they were.
+    pub excess: Excess,
 }
 
 /// Where the layers live and how a layer step runs: in this process
@@ -203,6 +254,7 @@ impl<K: StateKey> LayerBackend<K> for LocalBackend<'_, K> {
             memory_bytes: bytes.memory,
             disk_bytes: bytes.disk,
             peak_memory_bytes: peak.max(bytes.memory),
+            excess: exp.excess,
         }))
     }
 
@@ -231,6 +283,7 @@ fn record<K: StateKey>(
     stats.peak_memory_bytes = stats.peak_memory_bytes.max(out.peak_memory_bytes);
     stats.disk_bytes = out.disk_bytes;
     stats.store_bytes = out.memory_bytes;
+    stats.excess.iter_mut().zip(out.excess).for_each(|(a, o)| *a += o);
     progress.layer_done(&LayerEvent {
         side,
         layer: backend.layers(side) - 1,
@@ -266,11 +319,24 @@ pub fn bidirectional<K: StateKey>(
     loop {
         let ff = backend.frontier(Side::Forward)?;
         let fb = backend.frontier(Side::Backward)?;
+        // a side that runs dry proves no solution at all, unless the bound
+        // dropped states: then none within the bound
+        let dry = |exhausted: Side| match limits.bound {
+            Some(bound) if stats.bound_pruned() > 0 => SearchEnd::Beyond { bound },
+            _ => SearchEnd::Unsolvable { exhausted },
+        };
         if ff == 0 {
-            return Ok((SearchEnd::Unsolvable { exhausted: Side::Forward }, stats));
+            return Ok((dry(Side::Forward), stats));
         }
         if fb == 0 {
-            return Ok((SearchEnd::Unsolvable { exhausted: Side::Backward }, stats));
+            return Ok((dry(Side::Backward), stats));
+        }
+        // no meeting yet: every solution is longer than the two depths together
+        if let Some(bound) = limits.bound {
+            let depths = (backend.layers(Side::Forward) - 1) + (backend.layers(Side::Backward) - 1);
+            if depths as u64 >= bound as u64 {
+                return Ok((SearchEnd::Beyond { bound }, stats));
+            }
         }
         if limits.max_states.is_some_and(|max| stats.stored >= max) {
             return Ok((SearchEnd::Limit, stats));

@@ -1,6 +1,7 @@
 //! The model and rules room: level parsing, board analysis, state keys, push/pull
 //! generation and solution replay. Pure code: no I/O beyond reading a string, no async.
 pub mod board;
+pub mod bounds;
 pub mod key;
 pub mod level;
 pub mod rules;

@@ -120,23 +120,6 @@ impl StorageError {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn disk_full_is_named_in_the_message() {
-        let e = StorageError::io(Path::new("/data/f0/L12.shard.tmp"), "writing", io::Error::from_raw_os_error(ENOSPC));
-        assert!(e.is_disk_full());
-        let msg = e.to_string();
-        assert!(msg.starts_with("disk full while writing /data/f0/L12.shard.tmp"), "{msg}");
-
-        let e = StorageError::io(Path::new("/x"), "opening", io::Error::new(io::ErrorKind::NotFound, "gone"));
-        assert!(!e.is_disk_full());
-        assert_eq!(e.to_string(), "error opening /x: gone");
-    }
-}
-
 impl StorageError {
     /// The storage error behind a seam error, for callers (and tests) that
     /// called a store or exchange through the engine's traits.
@@ -155,5 +138,22 @@ impl From<StorageError> for crate::engine::SeamError {
 impl From<StorageError> for crate::engine::EngineError {
     fn from(e: StorageError) -> Self {
         crate::engine::EngineError::seam(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_full_is_named_in_the_message() {
+        let e = StorageError::io(Path::new("/data/f0/L12.shard.tmp"), "writing", io::Error::from_raw_os_error(ENOSPC));
+        assert!(e.is_disk_full());
+        let msg = e.to_string();
+        assert!(msg.starts_with("disk full while writing /data/f0/L12.shard.tmp"), "{msg}");
+
+        let e = StorageError::io(Path::new("/x"), "opening", io::Error::new(io::ErrorKind::NotFound, "gone"));
+        assert!(!e.is_disk_full());
+        assert_eq!(e.to_string(), "error opening /x: gone");
     }
 }

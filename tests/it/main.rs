@@ -2,6 +2,7 @@
 //! the engine against a plain forward BFS, solving under a memory budget, the
 //! cluster as separate processes, and the deployment files.
 mod architecture;
+mod bound;
 mod cli;
 mod cluster;
 mod common;

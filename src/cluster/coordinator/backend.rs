@@ -441,6 +441,8 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             memory_bytes: sealed.iter().map(|s| s.memory_bytes).sum(),
             disk_bytes: sealed.iter().map(|s| s.disk_bytes).sum(),
             peak_memory_bytes: merged.iter().map(|m| m.peak_memory_bytes).sum(),
+            // the cluster does not run the bounded search yet: nothing is dropped
+            excess: [0; crate::engine::EXCESS_BINS],
         };
         Ok((out, exp.iter().map(|e| e.keys_sent).sum(), exp.iter().map(|e| e.bytes_sent).sum()))
     }
@@ -484,7 +486,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
             r.stored += n;
             r.last_side = side;
         });
-        r.map_err(|e| engine_error(e))?;
+        r.map_err(engine_error)?;
         Ok(n)
     }
 
@@ -537,7 +539,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
                 r.meeting = meeting;
             }
         });
-        r.map_err(|e| engine_error(e))?;
+        r.map_err(engine_error)?;
         if !self.sh.cfg.layer_delay.is_zero() {
             std::thread::sleep(self.sh.cfg.layer_delay);
         }

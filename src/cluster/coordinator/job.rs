@@ -7,7 +7,7 @@ use super::super::ClusterError;
 use super::backend::{ClusterBackend, Phase};
 use super::tables::{tables_for, tables_path};
 use super::{Kind, Shared, State};
-use crate::engine::driver::{solve, Deployment, Observers, SolveSpec, TableSource};
+use crate::engine::driver::{solve, BoundSpec, Deployment, Observers, SolveSpec, TableSource};
 use crate::engine::kpg::{DeadlockTables, KStats, KpgProgress, MAX_K};
 use crate::engine::report::SolveReport;
 use crate::engine::search::{LayerBackend, LayerEvent, NoProgress, Progress};
@@ -60,6 +60,9 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     let spec = SolveSpec {
         pruning: Pruning { dead_squares: true, freeze: !rec.options.no_freeze, pi_corrals: !rec.options.no_pi_corrals },
         tables: TableSource::Build(rec.options.kpg as usize),
+        // the workers build their problem from the job alone and do not run
+        // the bounded search yet
+        bound: BoundSpec::Off,
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
         // the deadline counts the time already run before a coordinator restart
         deadline: (rec.options.timeout > 0.0)

@@ -69,7 +69,7 @@ pub(super) fn tables_for(
         tracing::info!(job = id, k, side = side.name(), "k-game on the cluster");
         let mut b = ClusterBackend::<u64>::new(sh.clone(), id, rt.clone(), stop, phase, &problem.space)
             .map_err(engine_error)?;
-        let limits = Limits { cancel: stop, max_states: None };
+        let limits = Limits { cancel: stop, max_states: None, bound: None };
         let end = exhaust(&mut b, side, seeds, &limits, &NoProgress)?.0;
         if matches!(end, SearchEnd::Cancelled) {
             return Ok(None);

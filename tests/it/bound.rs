@@ -1,0 +1,150 @@
+//! The bounded search: its lower bound never exceeds a true distance, it keeps
+//! every answer, and its iterations and `--upper-bound` end as they should.
+
+use crate::common::{board_of, goal_seeds, level_with_boxes, reference_bfs, repo, start_state, State};
+use proptest::prelude::*;
+use sokoshard::engine::search::NoProgress;
+use sokoshard::model::board::Board;
+use sokoshard::model::bounds::{PushDistances, UNREACHABLE};
+use sokoshard::model::rules::{for_each_pull, for_each_push, normalize_player, Pruning, Scratch};
+use sokoshard::solve::{solve_local, BoundSpec, SolveOptions, Status};
+use std::collections::{HashMap, VecDeque};
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Exact push distances by breadth-first search with no pruning: from the
+/// seeds, by pushes (`forward`) or by pulls. Players are normalized by a full
+/// flood.
+fn distances(board: &Board, seeds: Vec<State>, forward: bool) -> HashMap<State, u32> {
+    let mut sc = Scratch::new(board);
+    let mut dist: HashMap<State, u32> = seeds.iter().map(|s| (s.clone(), 0)).collect();
+    let mut queue: VecDeque<State> = seeds.into();
+    let mut next = Vec::new();
+    while let Some((boxes, player)) = queue.pop_front() {
+        let d = dist[&(boxes.clone(), player)];
+        next.clear();
+        if forward {
+            for_each_push(board, &mut sc, &boxes, player, Pruning::NONE, |b, _, m| next.push((b.to_vec(), m.from)));
+        } else {
+            for_each_pull(board, &mut sc, &boxes, player, Pruning::NONE, |b, p, _| next.push((b.to_vec(), p)));
+        }
+        for (b, at) in next.drain(..) {
+            let p = normalize_player(board, &mut sc, &b, at);
+            let s = (b, p);
+            if !dist.contains_key(&s) {
+                dist.insert(s.clone(), d + 1);
+                queue.push_back(s);
+            }
+        }
+    }
+    dist
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, max_global_rejects: 20_000, ..ProptestConfig::default() })]
+
+    /// Forward, the bound is at most the pushes left to the goal; backward, at
+    /// most the pushes from the start; and "unreachable" only for dead states.
+    #[test]
+    fn the_lower_bound_never_exceeds_a_true_distance(text in level_with_boxes(1, 4)) {
+        let board = board_of(&text);
+        prop_assume!(board.as_ref().is_some_and(|b| b.unsolvable.is_none()));
+        let board = board.unwrap();
+        let lower = PushDistances::new(&board);
+        let mut sc = Scratch::new(&board);
+        let from_start = distances(&board, vec![start_state(&board, &mut sc)], true);
+        let to_goal = distances(&board, goal_seeds(&board, &mut sc), false);
+        for (state, &d) in &from_start {
+            let h = lower.estimate(&state.0, false);
+            prop_assert!(h <= d, "{}: backward bound {} > {} for {:?}", text, h, d, state);
+            if let Some(&left) = to_goal.get(state) {
+                let h = lower.estimate(&state.0, true);
+                prop_assert!(h <= left, "{}: forward bound {} > {} for {:?}", text, h, left, state);
+                prop_assert_eq!((d + h) % 2, lower.parity(), "{}: parity", text);
+            }
+        }
+        for (state, &left) in &to_goal {
+            let h = lower.estimate(&state.0, true);
+            prop_assert!(h != UNREACHABLE && h <= left, "{}: forward bound {} > {}", text, h, left);
+        }
+    }
+}
+
+fn solve_bounded(board: &Board, bound: BoundSpec) -> (Status, Option<usize>, usize) {
+    let opts = SolveOptions { partitions: 8, bound, ..Default::default() };
+    let r = solve_local(Arc::new(board.clone()), &opts, &AtomicBool::new(false), &NoProgress).unwrap();
+    (r.status, r.pushes, r.iterations.len())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, max_global_rejects: 20_000, ..ProptestConfig::default() })]
+
+    /// With the bound on (the default), off, or set to the optimum or above,
+    /// the answer is the reference BFS's; set below the optimum, it is
+    /// "bounded", never a wrong solution.
+    #[test]
+    fn the_bound_keeps_every_answer(text in level_with_boxes(1, 4)) {
+        let board = board_of(&text);
+        prop_assume!(board.is_some());
+        let board = board.unwrap();
+        let expect = reference_bfs(&board);
+        let (status, pushes, _) = solve_bounded(&board, BoundSpec::Iterate);
+        let plain = solve_bounded(&board, BoundSpec::Off);
+        prop_assert_eq!((plain.0, plain.1), (status, pushes), "{}", text);
+        match expect {
+            Some(n) => {
+                prop_assert_eq!((status, pushes), (Status::Solved, Some(n)), "{}", text);
+                let at = solve_bounded(&board, BoundSpec::Upper(n as u32));
+                prop_assert_eq!((at.0, at.1, at.2), (Status::Solved, Some(n), 1), "{}", text);
+                let above = solve_bounded(&board, BoundSpec::Upper(n as u32 + 5));
+                prop_assert_eq!((above.0, above.1), (Status::Solved, Some(n)), "{}", text);
+                if n >= 1 {
+                    let below = solve_bounded(&board, BoundSpec::Upper(n as u32 - 1));
+                    prop_assert_eq!((below.0, below.1), (Status::Bounded, None), "{}", text);
+                }
+            }
+            None => prop_assert_eq!(status, Status::Unsolvable, "{}", text),
+        }
+    }
+}
+
+fn cli(args: &[&str]) -> (i32, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(args).output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let v = serde_json::from_str(stdout.lines().next().unwrap_or("null")).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), v)
+}
+
+/// Microban I #1 (8 pushes): the start's bound is 4, so the first two
+/// iterations (4 and 6) end with no solution and the third finds the optimum.
+#[test]
+fn iterations_that_fail_before_the_one_that_meets() {
+    let file = repo("levels/Microban_155.xsb");
+    let (code, v) = cli(&["solve", file.to_str().unwrap(), "--level", "1", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["pushes"], 8);
+    let bounds: Vec<u64> = v["iterations"].as_array().unwrap().iter().map(|i| i["bound"].as_u64().unwrap()).collect();
+    assert_eq!(bounds, vec![4, 6, 8]);
+}
+
+/// `--upper-bound` below the optimum is "no solution within N" (exit 1); at
+/// it and above it, the optimum in one iteration.
+#[test]
+fn upper_bound_below_at_and_above_the_optimum() {
+    let file = repo("levels/Microban_155.xsb");
+    let run = |u: &str| cli(&["solve", file.to_str().unwrap(), "--level", "1", "--json", "--upper-bound", u]);
+    let (code, v) = run("7");
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["status"], "bounded");
+    assert_eq!(v["reason"], "no solution within 7 pushes");
+    for u in ["8", "9", "40"] {
+        let (code, v) = run(u);
+        assert_eq!(code, 0, "--upper-bound {u}: {v}");
+        assert_eq!(v["pushes"], 8);
+        assert_eq!(v["iterations"].as_array().unwrap().len(), 1);
+    }
+    let (code, v) = cli(&["solve", file.to_str().unwrap(), "--level", "1", "--json", "--no-bound"]);
+    assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(8)));
+    assert!(v.get("iterations").is_none(), "{v}");
+}
