@@ -17,6 +17,23 @@ pub enum BenchCommand {
     /// Solving under a memory budget: bytes per state on disk, slowdown against
     /// the in-memory run, peak RSS against the budget.
     Store(StoreArgs),
+    /// The bounded search against the plain one (`--no-bound`), level by level
+    /// in the same run: status, pushes, stored and generated states, time, and
+    /// the ratios.
+    Bound(BoundArgs),
+}
+
+#[derive(clap::Args)]
+pub struct BoundArgs {
+    /// Collection file.
+    #[arg(long, default_value = "levels/Microban_155.xsb")]
+    pub file: PathBuf,
+    /// Comma-separated 1-based level indices.
+    #[arg(long, default_value = "93,123,139,144,146,153")]
+    pub levels: String,
+    /// Seconds each solve may take.
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout: f64,
 }
 
 #[derive(clap::Args)]
@@ -83,6 +100,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Engine(a) => engine(a),
         BenchCommand::Kpg(a) => kpg(a),
         BenchCommand::Store(a) => store(a),
+        BenchCommand::Bound(a) => bound(a),
     }
 }
 
@@ -105,6 +123,50 @@ fn solve_json(file: &PathBuf, level: usize, extra: &[&str]) -> Result<serde_json
         bail!("level {level} {:?}: status {}", extra, v["status"]);
     }
     Ok(v)
+}
+
+/// One solve's JSON line, whatever its status.
+fn solve_any(file: &PathBuf, level: usize, extra: &[&str]) -> Result<serde_json::Value> {
+    let exe = std::env::current_exe().context("locating the sokoshard binary")?;
+    let out = Command::new(exe)
+        .arg("solve")
+        .arg(file)
+        .args(["--level", &level.to_string(), "--json"])
+        .args(extra)
+        .output()
+        .context("running sokoshard solve")?;
+    serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("level {level}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn bound(args: BoundArgs) -> Result<ExitCode> {
+    anyhow::ensure!(args.timeout > 0.0 && args.timeout.is_finite(), "--timeout must be a positive number of seconds");
+    let timeout = args.timeout.to_string();
+    println!("| level | bounded | pushes | states | generated | seconds | iterations | plain | states | generated | seconds | states ratio | time ratio |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for level in levels(&args.levels)? {
+        let b = solve_any(&args.file, level, &["--timeout", &timeout])?;
+        let p = solve_any(&args.file, level, &["--timeout", &timeout, "--no-bound"])?;
+        if b["status"] == "solved" && p["status"] == "solved" && b["pushes"] != p["pushes"] {
+            bail!("level {level}: the bounded search gave {} pushes, the plain one {}", b["pushes"], p["pushes"]);
+        }
+        let iterations = b["iterations"].as_array().map_or(0, |v| v.len());
+        println!(
+            "| {level} | {} | {} | {} | {} | {:.2} | {iterations} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+            b["status"].as_str().unwrap_or("?"),
+            b["pushes"],
+            b["states"],
+            b["generated"],
+            f(&b, "seconds"),
+            p["status"].as_str().unwrap_or("?"),
+            p["states"],
+            p["generated"],
+            f(&p, "seconds"),
+            f(&b, "states") / f(&p, "states").max(1.0),
+            f(&b, "seconds") / f(&p, "seconds").max(1e-9),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn f(v: &serde_json::Value, k: &str) -> f64 {

@@ -115,12 +115,26 @@ impl EngineError {
 /// goal (`Side::Forward`) or from the start to it (`Side::Backward`). It must
 /// never exceed the true distance; `u32::MAX` says the state is dead.
 pub trait LowerBound: Send + Sync {
-    fn estimate(&self, side: Side, boxes: &[u16]) -> u32;
+    /// The bound when it is at most `cap`; above `cap`, any lower bound that
+    /// is above it (so that an implementation may stop early).
+    fn estimate(&self, side: Side, boxes: &[u16], cap: u32) -> u32;
+
+    /// The same question of a successor of `parent` whose box moved from
+    /// `from` to `to`: a value at most `cap` exactly when the bound is, and
+    /// above `cap` a lower bound; an implementation may reuse the parent's work.
+    fn estimate_child(&self, side: Side, parent: &[u16], from: u16, to: u16, child: &[u16], cap: u32) -> u32 {
+        let _ = (parent, from, to);
+        self.estimate(side, child, cap)
+    }
 }
 
 impl LowerBound for crate::model::bounds::PushDistances {
-    fn estimate(&self, side: Side, boxes: &[u16]) -> u32 {
-        crate::model::bounds::PushDistances::estimate(self, boxes, side == Side::Forward)
+    fn estimate(&self, side: Side, boxes: &[u16], cap: u32) -> u32 {
+        self.estimate_capped(boxes, side == Side::Forward, cap)
+    }
+
+    fn estimate_child(&self, side: Side, parent: &[u16], from: u16, to: u16, child: &[u16], cap: u32) -> u32 {
+        crate::model::bounds::PushDistances::estimate_child(self, parent, from, to, child, side == Side::Forward, cap)
     }
 }
 
@@ -214,7 +228,9 @@ impl<K: StateKey> Problem<K> {
                 return false;
             }
             let Some(b) = bound else { return true };
-            let h = b.lower.estimate(side, next);
+            // the box that moved left the one parent square the child lacks
+            let Some(&from) = boxes.iter().find(|b| next.binary_search(b).is_err()) else { return true };
+            let h = b.lower.estimate_child(side, &boxes, from, moved, next, b.limit.saturating_sub(depth));
             if h == u32::MAX {
                 return false; // dead: no goal (start) for every box
             }

@@ -34,7 +34,12 @@ pub struct PushDistances {
     from_start: Vec<u16>,
     /// The parity every solution's push count has.
     parity: u32,
+    /// Unique among the tables of this process: the key of the per-thread
+    /// parent cache (an address could be reused by the next table).
+    id: u64,
 }
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 const FAR: u16 = u16::MAX;
 
@@ -56,7 +61,8 @@ impl PushDistances {
         let sum = |v: &[u16]| v.iter().map(|&f| coord(f)).sum::<u32>();
         // a push changes the sum of the boxes' x + y by exactly one
         let parity = (sum(&board.goals) + sum(&board.start_boxes)) % 2;
-        PushDistances { floor, to_goal, from_start, parity }
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        PushDistances { floor, to_goal, from_start, parity, id }
     }
 
     /// The parity (0 or 1) of the push count of every solution of the level.
@@ -79,6 +85,14 @@ impl PushDistances {
     /// matching of boxes to goals (start squares) under lone-box push distances.
     /// [`UNREACHABLE`] when no perfect matching exists (the state is dead).
     pub fn estimate(&self, boxes: &[u16], forward: bool) -> u32 {
+        self.estimate_capped(boxes, forward, u32::MAX - 1)
+    }
+
+    /// [`PushDistances::estimate`] when it is at most `cap`; otherwise some
+    /// lower bound above `cap` (so a search that only asks "over the cap?" may
+    /// stop early): first the sum of each box's nearest target, then the
+    /// matching, whose partial optimum after each target only grows.
+    pub fn estimate_capped(&self, boxes: &[u16], forward: bool, cap: u32) -> u32 {
         let n = boxes.len();
         let table = if forward { &self.to_goal } else { &self.from_start };
         MATCHING.with(|m| {
@@ -88,9 +102,87 @@ impl PushDistances {
                 let row = &table[t * self.floor..(t + 1) * self.floor];
                 m.cost.extend(boxes.iter().map(|&b| row[b as usize]));
             }
-            m.solve(n)
+            // each box pays at least its nearest target: a cheap first answer
+            let mut nearest = 0u32;
+            for b in 0..n {
+                let d = (0..n).map(|t| m.cost[t * n + b]).min().unwrap_or(FAR);
+                if d == FAR {
+                    return UNREACHABLE;
+                }
+                nearest += d as u32;
+            }
+            if nearest > cap {
+                return nearest;
+            }
+            m.solve(n, cap)
         })
     }
+}
+
+impl PushDistances {
+    /// For a successor of `parent` whose box moved from `from` to `to` (giving
+    /// `child`): a value at most `cap` exactly when the child's bound is at
+    /// most `cap`, and when above `cap` a lower bound on it. It reuses the
+    /// parent's matching (computed once per parent and thread): moved along
+    /// with its box, that matching costs at least the child's optimum, so when
+    /// it fits the cap no new matching is needed; and the child's optimum is at
+    /// least the parent's less one (a push shortens a lone-box distance by at
+    /// most one), so when that exceeds the cap neither is.
+    pub fn estimate_child(&self, parent: &[u16], from: u16, to: u16, child: &[u16], forward: bool, cap: u32) -> u32 {
+        let table = if forward { &self.to_goal } else { &self.from_start };
+        let cached = PARENT.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.forward != forward || c.boxes != parent || c.owner != self.id {
+                let value = self.estimate(parent, forward);
+                c.boxes.clear();
+                c.boxes.extend_from_slice(parent);
+                c.forward = forward;
+                c.owner = self.id;
+                c.value = value;
+                c.target.clear();
+                if value != UNREACHABLE {
+                    MATCHING.with(|m| {
+                        let m = m.borrow();
+                        // owner[col] is the target row (1-based) of box col
+                        c.target.extend((1..=parent.len()).map(|col| m.owner[col] - 1));
+                    });
+                }
+            }
+            let i = parent.binary_search(&from).ok()?;
+            let t = *c.target.get(i)?;
+            Some((c.value, t))
+        });
+        if let Some((value, t)) = cached {
+            let (old, new) = (table[t * self.floor + from as usize], table[t * self.floor + to as usize]);
+            if new != FAR {
+                let moved = value - old as u32 + new as u32;
+                if moved <= cap {
+                    return moved;
+                }
+            }
+            if value.saturating_sub(1) > cap {
+                return value - 1;
+            }
+        }
+        self.estimate_capped(child, forward, cap)
+    }
+}
+
+/// The last parent whose matching [`PushDistances::estimate_child`] computed,
+/// on this thread.
+#[derive(Default)]
+struct ParentMatch {
+    /// The [`PushDistances::id`] it was computed with (0: none).
+    owner: u64,
+    forward: bool,
+    boxes: Vec<u16>,
+    value: u32,
+    /// Per box of `boxes`: its target in the optimal matching.
+    target: Vec<usize>,
+}
+
+thread_local! {
+    static PARENT: RefCell<ParentMatch> = RefCell::new(ParentMatch::default());
 }
 
 fn widen(d: u16) -> u32 {
@@ -147,8 +239,10 @@ struct Matching {
 const BIG: i64 = 1 << 40;
 
 impl Matching {
-    /// The cheapest perfect matching of the `n` x `n` costs, or [`UNREACHABLE`].
-    fn solve(&mut self, n: usize) -> u32 {
+    /// The cheapest perfect matching of the `n` x `n` costs, or [`UNREACHABLE`];
+    /// stops as soon as the matching of the targets so far costs more than
+    /// `cap` (it only grows as targets are added) and returns that cost.
+    fn solve(&mut self, n: usize, cap: u32) -> u32 {
         if n == 0 {
             return 0;
         }
@@ -208,6 +302,14 @@ impl Matching {
                     break;
                 }
             }
+            // the optimum over the targets so far, a lower bound on the whole
+            let partial = -self.v[0];
+            if partial >= BIG {
+                return UNREACHABLE;
+            }
+            if partial > cap as i64 {
+                return partial as u32;
+            }
         }
         let total = -self.v[0];
         if total >= BIG {
@@ -237,12 +339,16 @@ mod tests {
         for p in [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {
             best = best.min((0..3).map(|t| costs[t][p[t]] as u32).sum());
         }
-        assert_eq!(m.solve(3), best);
+        assert_eq!(m.solve(3, u32::MAX), best);
         // an impossible pair that must be used
         m.cost = vec![FAR, 1, FAR, FAR];
-        assert_eq!(m.solve(2), UNREACHABLE);
+        assert_eq!(m.solve(2, u32::MAX), UNREACHABLE);
         m.cost = vec![FAR, 1, 2, FAR];
-        assert_eq!(m.solve(2), 3);
+        assert_eq!(m.solve(2, u32::MAX), 3);
+        // capped: an answer above the cap, never above the true optimum
+        m.cost = costs.iter().flatten().copied().collect();
+        let capped = m.solve(3, 1);
+        assert!(capped > 1 && capped <= best, "{capped}");
     }
 
     #[test]

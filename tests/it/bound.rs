@@ -67,7 +67,57 @@ proptest! {
         for (state, &left) in &to_goal {
             let h = lower.estimate(&state.0, true);
             prop_assert!(h != UNREACHABLE && h <= left, "{}: forward bound {} > {}", text, h, left);
+            // capped: exact at or under the cap, above it and never above the
+            // exact bound otherwise
+            for cap in 0..=h + 1 {
+                let c = lower.estimate_capped(&state.0, true, cap);
+                if cap >= h {
+                    prop_assert_eq!(c, h, "{}: cap {}", text, cap);
+                } else {
+                    prop_assert!(c > cap && c <= h, "{}: cap {} gave {} (exact {})", text, cap, c, h);
+                }
+            }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, max_global_rejects: 20_000, ..ProptestConfig::default() })]
+
+    /// The successor shortcut answers "over the cap?" as the full matching
+    /// does, for every push and pull of every reachable state and every cap.
+    #[test]
+    fn the_successor_shortcut_agrees_with_the_matching(text in level_with_boxes(1, 4)) {
+        let board = board_of(&text);
+        prop_assume!(board.as_ref().is_some_and(|b| b.unsolvable.is_none()));
+        let board = board.unwrap();
+        let lower = PushDistances::new(&board);
+        let mut sc = Scratch::new(&board);
+        let states = distances(&board, vec![start_state(&board, &mut sc)], true);
+        let mut checked = 0;
+        for (boxes, player) in states.keys().take(300) {
+            for forward in [true, false] {
+                let mut moves = Vec::new();
+                if forward {
+                    for_each_push(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| moves.push((b.to_vec(), m.from)));
+                } else {
+                    for_each_pull(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| moves.push((b.to_vec(), m.from)));
+                }
+                for (child, from) in moves {
+                    let to = *child.iter().find(|c| boxes.binary_search(c).is_err()).unwrap();
+                    let exact = lower.estimate(&child, forward);
+                    for cap in 0..exact.saturating_add(3).min(200) {
+                        let v = lower.estimate_child(boxes, from, to, &child, forward, cap);
+                        prop_assert_eq!(v <= cap, exact <= cap, "{}: cap {} exact {} got {}", text, cap, exact, v);
+                        if v > cap {
+                            prop_assert!(v <= exact, "{}: {} above the exact {}", text, v, exact);
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        prop_assert!(checked > 0 || states.len() == 1);
     }
 }
 
