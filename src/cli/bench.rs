@@ -108,17 +108,9 @@ fn levels(s: &str) -> Result<Vec<usize>> {
     s.split(',').map(|x| x.trim().parse::<usize>().with_context(|| format!("bad level index {x:?}"))).collect()
 }
 
+/// One solve's JSON line; an error unless the level was solved.
 fn solve_json(file: &PathBuf, level: usize, extra: &[&str]) -> Result<serde_json::Value> {
-    let exe = std::env::current_exe().context("locating the sokoshard binary")?;
-    let out = Command::new(exe)
-        .arg("solve")
-        .arg(file)
-        .args(["--level", &level.to_string(), "--json"])
-        .args(extra)
-        .output()
-        .context("running sokoshard solve")?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("level {level}: {}", String::from_utf8_lossy(&out.stderr)))?;
+    let v = solve_any(file, level, extra)?;
     if v["status"] != "solved" {
         bail!("level {level} {:?}: status {}", extra, v["status"]);
     }

@@ -123,15 +123,16 @@ pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) {
     let errors = statuses.iter().filter(|o| o.is_none()).count();
     println!();
     println!(
-        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "solved", "unsolvable", "timeout", "limit", "error", "total time"
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "solved", "unsolvable", "timeout", "limit", "bounded", "error", "total time"
     );
     println!(
-        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>11.1}s",
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11.1}s",
         count(Status::Solved),
         count(Status::Unsolvable),
         count(Status::Timeout),
         count(Status::Limit),
+        count(Status::Bounded),
         errors,
         total.as_secs_f64()
     );

@@ -191,7 +191,7 @@ pub struct DeadlockTables {
 }
 
 /// What building one k cost and kept.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KStats {
     pub k: usize,
     pub forward_states: u64,

@@ -194,6 +194,17 @@ fn upper_bound_below_at_and_above_the_optimum() {
         assert_eq!(v["pushes"], 8);
         assert_eq!(v["iterations"].as_array().unwrap().len(), 1);
     }
+    // the summary counts a bounded level as such (level 2 takes 3 pushes)
+    let out = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(["solve", file.to_str().unwrap(), "--levels", "1-2", "--upper-bound", "7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let head = lines.iter().position(|l| l.contains("bounded") && l.contains("total time")).expect("a summary");
+    let counts: Vec<&str> = lines[head + 1].split_whitespace().take(6).collect();
+    assert_eq!(counts, ["1", "0", "0", "0", "1", "0"], "{text}");
     let (code, v) = cli(&["solve", file.to_str().unwrap(), "--level", "1", "--json", "--no-bound"]);
     assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(8)));
     assert!(v.get("iterations").is_none(), "{v}");

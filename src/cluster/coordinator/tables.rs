@@ -6,7 +6,7 @@ use super::super::ClusterError;
 use super::backend::{ClusterBackend, Phase};
 use super::job::{cluster_error, engine_error};
 use super::Shared;
-use crate::engine::kpg::{build_tables_with, DeadlockTables, MAX_K};
+use crate::engine::kpg::{build_tables_with, DeadlockTables, KStats, MAX_K};
 use crate::engine::search::{exhaust, Limits, NoProgress, SearchEnd};
 use crate::engine::{Problem, Side};
 use crate::model::board::Board;
@@ -21,21 +21,11 @@ pub fn tables_path(sh: &Shared, id: u64) -> std::path::PathBuf {
     sh.cfg.data_dir.join("tables").join(format!("{id}.kdb"))
 }
 
-/// What building each k cost, kept next to the database.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct KStatRecord {
-    pub k: usize,
-    pub forward_states: u64,
-    pub backward_states: u64,
-    pub forward_patterns: usize,
-    pub backward_patterns: usize,
-    pub seconds: f64,
-}
-
 pub(super) const STATS_MAGIC: &[u8; 8] = b"SKKSTATS";
 
-/// Reads the k-PG statistics of job `id`, if its tables were built.
-pub fn read_kpg_stats(sh: &Shared, id: u64) -> Result<Option<Vec<KStatRecord>>, ClusterError> {
+/// Reads the k-PG statistics of job `id` (what building each k cost, kept
+/// next to the database), if its tables were built.
+pub fn read_kpg_stats(sh: &Shared, id: u64) -> Result<Option<Vec<KStats>>, ClusterError> {
     super::super::persist::read(&tables_path(sh, id).with_extension("stats"), STATS_MAGIC, 1)
 }
 
@@ -84,18 +74,7 @@ pub(super) fn tables_for(
     let bytes = kdb::encode(&tables, &rec.level_text);
     let dir = path.parent().expect("tables dir");
     std::fs::create_dir_all(dir).map_err(|e| ClusterError::io(format!("creating {}", dir.display()), e))?;
-    let records: Vec<KStatRecord> = stats
-        .iter()
-        .map(|s| KStatRecord {
-            k: s.k,
-            forward_states: s.forward_states,
-            backward_states: s.backward_states,
-            forward_patterns: s.forward_patterns,
-            backward_patterns: s.backward_patterns,
-            seconds: s.seconds,
-        })
-        .collect();
-    super::super::persist::write(&path.with_extension("stats"), STATS_MAGIC, 1, &records)?;
+    super::super::persist::write(&path.with_extension("stats"), STATS_MAGIC, 1, &stats)?;
     let tmp = path.with_extension("kdb.tmp");
     std::fs::write(&tmp, &bytes).map_err(|e| ClusterError::io(format!("writing {}", tmp.display()), e))?;
     std::fs::rename(&tmp, &path).map_err(|e| ClusterError::io(format!("writing {}", path.display()), e))?;
