@@ -40,7 +40,7 @@ enum Command {
     Health(cli::health::HealthArgs),
     /// Benchmark: one level on 1, 2 and 4 local worker processes.
     BenchCluster(cli::bench_cluster::BenchArgs),
-    /// Measurements for the README (each run a child process).
+    /// Measurements for docs/benchmarks.md (each run a child process).
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
     /// Build or inspect k-packet-game deadlock databases.

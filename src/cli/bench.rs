@@ -1,4 +1,4 @@
-//! `bench`: reproducible measurements for the README. Each run is a child
+//! `bench`: reproducible measurements for docs/benchmarks.md. Each run is a child
 //! `sokoshard solve --json` process, so peak resident memory (VmHWM) and CPU time
 //! are that run's own; results print as markdown tables.
 

@@ -26,7 +26,7 @@
 //! Microban #139 wrote 4,300 layer shards at 64 partitions).
 //!
 //! Not counted: the process itself (code, thread stacks, allocator slack, the
-//! per-level board and rules tables), the fixed overhead documented in README.md.
+//! per-level board and rules tables), the fixed overhead documented in docs/benchmarks.md.
 //!
 //! [`DiskStore`]: crate::storage::disk::DiskStore
 //! [`SpillExchange`]: crate::storage::spill::SpillExchange

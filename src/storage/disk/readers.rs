@@ -10,7 +10,7 @@ pub(super) const READER_BASE: u64 = 512;
 /// A tiny budget leaves no room in a partition's share for any reader, so
 /// without this pool every lookup of a deep level's many small shards reopened
 /// its file (measured on Microban #139 at a 0.82 MiB budget: 70,000 opens, most
-/// of the spilled run's extra time). Part of the fixed overhead in README.md:
+/// of the spilled run's extra time). Part of the fixed overhead in docs/benchmarks.md:
 /// at most `SMALL_READERS * SMALL_READER_BYTES` = 1 MiB.
 pub(super) const SMALL_READERS: usize = 1024;
 /// Largest reader cost the small-reader pool takes.
