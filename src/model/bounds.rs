@@ -91,21 +91,15 @@ impl PushDistances {
     /// [`PushDistances::estimate`] when it is at most `cap`; otherwise some
     /// lower bound above `cap` (so a search that only asks "over the cap?" may
     /// stop early): first the sum of each box's nearest target, then the
-    /// matching, whose partial optimum after each target only grows.
+    /// matching, whose partial optimum after each box only grows.
     pub fn estimate_capped(&self, boxes: &[u16], forward: bool, cap: u32) -> u32 {
-        let n = boxes.len();
-        let table = if forward { &self.to_goal } else { &self.from_start };
         MATCHING.with(|m| {
             let mut m = m.borrow_mut();
-            m.cost.clear();
-            for t in 0..n {
-                let row = &table[t * self.floor..(t + 1) * self.floor];
-                m.cost.extend(boxes.iter().map(|&b| row[b as usize]));
-            }
+            m.load(self.table(forward), self.floor, boxes);
             // each box pays at least its nearest target: a cheap first answer
             let mut nearest = 0u32;
-            for b in 0..n {
-                let d = (0..n).map(|t| m.cost[t * n + b]).min().unwrap_or(FAR);
+            for row in m.cost.chunks_exact(boxes.len().max(1)).take(boxes.len()) {
+                let d = row.iter().copied().min().unwrap_or(FAR);
                 if d == FAR {
                     return UNREACHABLE;
                 }
@@ -114,8 +108,16 @@ impl PushDistances {
             if nearest > cap {
                 return nearest;
             }
-            m.solve(n, cap)
+            m.solve(cap)
         })
+    }
+
+    fn table(&self, forward: bool) -> &[u16] {
+        if forward {
+            &self.to_goal
+        } else {
+            &self.from_start
+        }
     }
 }
 
@@ -127,44 +129,53 @@ impl PushDistances {
     /// with its box, that matching costs at least the child's optimum, so when
     /// it fits the cap no new matching is needed; and the child's optimum is at
     /// least the parent's less one (a push shortens a lone-box distance by at
-    /// most one), so when that exceeds the cap neither is.
+    /// most one), so when that exceeds the cap neither is. Otherwise only the
+    /// moved box's row changed: it is taken out of the parent's optimal
+    /// matching and put back with its new costs by one shortest augmenting
+    /// path over the parent's dual potentials, which stay feasible for every
+    /// other row (O(n^2) instead of a whole matching).
     pub fn estimate_child(&self, parent: &[u16], from: u16, to: u16, child: &[u16], forward: bool, cap: u32) -> u32 {
-        let table = if forward { &self.to_goal } else { &self.from_start };
-        let cached = PARENT.with(|c| {
+        let table = self.table(forward);
+        let answer = PARENT.with(|c| {
             let mut c = c.borrow_mut();
             if c.forward != forward || c.boxes != parent || c.owner != self.id {
-                let value = self.estimate(parent, forward);
                 c.boxes.clear();
                 c.boxes.extend_from_slice(parent);
                 c.forward = forward;
                 c.owner = self.id;
-                c.value = value;
-                c.target.clear();
-                if value != UNREACHABLE {
-                    MATCHING.with(|m| {
-                        let m = m.borrow();
-                        // owner[col] is the target row (1-based) of box col
-                        c.target.extend((1..=parent.len()).map(|col| m.owner[col] - 1));
-                    });
-                }
+                c.value = MATCHING.with(|m| {
+                    let mut m = m.borrow_mut();
+                    m.load(table, self.floor, parent);
+                    let value = m.solve(u32::MAX - 1);
+                    c.solved.clone_from(&*m);
+                    value
+                });
             }
-            let i = parent.binary_search(&from).ok()?;
-            let t = *c.target.get(i)?;
-            Some((c.value, t))
-        });
-        if let Some((value, t)) = cached {
-            let (old, new) = (table[t * self.floor + from as usize], table[t * self.floor + to as usize]);
+            if c.value == UNREACHABLE {
+                return None;
+            }
+            let row = parent.binary_search(&from).ok()?;
+            let col = c.solved.col_of(row);
+            let (old, new) = (table[col * self.floor + from as usize], table[col * self.floor + to as usize]);
             if new != FAR {
-                let moved = value - old as u32 + new as u32;
+                let moved = c.value - old as u32 + new as u32;
                 if moved <= cap {
-                    return moved;
+                    return Some(moved);
                 }
             }
-            if value.saturating_sub(1) > cap {
-                return value - 1;
+            if c.value.saturating_sub(1) > cap {
+                return Some(c.value - 1);
             }
+            Some(MATCHING.with(|m| {
+                let mut m = m.borrow_mut();
+                m.clone_from(&c.solved);
+                m.replace_row(row, table, self.floor, to)
+            }))
+        });
+        match answer {
+            Some(v) => v,
+            None => self.estimate_capped(child, forward, cap),
         }
-        self.estimate_capped(child, forward, cap)
     }
 }
 
@@ -177,8 +188,8 @@ struct ParentMatch {
     forward: bool,
     boxes: Vec<u16>,
     value: u32,
-    /// Per box of `boxes`: its target in the optimal matching.
-    target: Vec<usize>,
+    /// The parent's optimal matching with its dual potentials.
+    solved: Matching,
 }
 
 thread_local! {
@@ -221,14 +232,18 @@ thread_local! {
     static MATCHING: RefCell<Matching> = RefCell::new(Matching::default());
 }
 
-/// Buffers of the Hungarian method (shortest augmenting paths with potentials).
-#[derive(Default)]
+/// The Hungarian method (shortest augmenting paths with dual potentials), one
+/// row at a time. Rows are boxes and columns targets, both 1-based in the
+/// potentials (column 0 is the free start of each augmenting path).
+#[derive(Default, Clone)]
 struct Matching {
-    /// `cost[t * n + b]`: target `t`, box `b`.
+    n: usize,
+    /// `cost[b * n + t]`: box `b`, target `t`.
     cost: Vec<u16>,
     u: Vec<i64>,
     v: Vec<i64>,
     way: Vec<usize>,
+    /// `owner[col]`: the row (1-based) matched to column `col`, 0 if none.
     owner: Vec<usize>,
     minv: Vec<i64>,
     used: Vec<bool>,
@@ -238,84 +253,167 @@ struct Matching {
 /// one costs more than every possible one without.
 const BIG: i64 = 1 << 40;
 
+#[inline]
+fn cost_of(c: u16) -> i64 {
+    if c == FAR {
+        BIG
+    } else {
+        c as i64
+    }
+}
+
 impl Matching {
-    /// The cheapest perfect matching of the `n` x `n` costs, or [`UNREACHABLE`];
-    /// stops as soon as the matching of the targets so far costs more than
-    /// `cap` (it only grows as targets are added) and returns that cost.
-    fn solve(&mut self, n: usize, cap: u32) -> u32 {
+    /// Loads the costs of `boxes` against every target of `table` (a target's
+    /// distances are one row of `floor` entries).
+    fn load(&mut self, table: &[u16], floor: usize, boxes: &[u16]) {
+        let n = boxes.len();
+        self.n = n;
+        self.cost.clear();
+        self.cost.resize(n * n, FAR);
+        for t in 0..n {
+            let row = &table[t * floor..(t + 1) * floor];
+            for (b, &x) in boxes.iter().enumerate() {
+                self.cost[b * n + t] = row[x as usize];
+            }
+        }
+    }
+
+    /// The target (0-based) of box `row` (0-based) in the last solution.
+    fn col_of(&self, row: usize) -> usize {
+        (1..=self.n).find(|&c| self.owner[c] == row + 1).map_or(0, |c| c - 1)
+    }
+
+    /// The cheapest perfect matching of the loaded costs, or [`UNREACHABLE`];
+    /// stops as soon as the dual objective (a lower bound on the optimum that
+    /// only grows) exceeds `cap`, and returns it.
+    fn solve(&mut self, cap: u32) -> u32 {
+        let n = self.n;
         if n == 0 {
             return 0;
         }
-        // rows are targets (1-based), columns boxes (1-based); column 0 is free
-        self.u.clear();
-        self.u.resize(n + 1, 0);
-        self.v.clear();
-        self.v.resize(n + 1, 0);
-        self.way.clear();
-        self.way.resize(n + 1, 0);
-        self.owner.clear();
-        self.owner.resize(n + 1, 0);
-        let cost = |c: u16| if c == FAR { BIG } else { c as i64 };
+        for buf in [&mut self.u, &mut self.v] {
+            buf.clear();
+            buf.resize(n + 1, 0);
+        }
+        for buf in [&mut self.way, &mut self.owner] {
+            buf.clear();
+            buf.resize(n + 1, 0);
+        }
+        // each box's potential starts at its nearest target, and a box whose
+        // nearest target is still free takes it: most boxes in a level have a
+        // nearest target of their own, so few rows need an augmenting path
+        let mut unmatched = Vec::new();
         for row in 1..=n {
-            self.owner[0] = row;
-            let mut col0 = 0;
-            self.minv.clear();
-            self.minv.resize(n + 1, i64::MAX);
-            self.used.clear();
-            self.used.resize(n + 1, false);
-            loop {
-                self.used[col0] = true;
-                let r = self.owner[col0];
-                let (mut delta, mut col1) = (i64::MAX, 0);
-                for col in 1..=n {
-                    if self.used[col] {
-                        continue;
-                    }
-                    let cur = cost(self.cost[(r - 1) * n + col - 1]) - self.u[r] - self.v[col];
-                    if cur < self.minv[col] {
-                        self.minv[col] = cur;
-                        self.way[col] = col0;
-                    }
-                    if self.minv[col] < delta {
-                        delta = self.minv[col];
-                        col1 = col;
-                    }
-                }
-                for col in 0..=n {
-                    if self.used[col] {
-                        self.u[self.owner[col]] += delta;
-                        self.v[col] -= delta;
-                    } else {
-                        self.minv[col] -= delta;
-                    }
-                }
-                col0 = col1;
-                if self.owner[col0] == 0 {
-                    break;
-                }
-            }
-            loop {
-                let prev = self.way[col0];
-                self.owner[col0] = self.owner[prev];
-                col0 = prev;
-                if col0 == 0 {
-                    break;
-                }
-            }
-            // the optimum over the targets so far, a lower bound on the whole
-            let partial = -self.v[0];
-            if partial >= BIG {
-                return UNREACHABLE;
-            }
-            if partial > cap as i64 {
-                return partial as u32;
+            let costs = &self.cost[(row - 1) * n..row * n];
+            let (col, &c) = costs.iter().enumerate().min_by_key(|&(_, &c)| c).unwrap_or((0, &FAR));
+            self.u[row] = cost_of(c);
+            if self.owner[col + 1] == 0 && c != FAR {
+                self.owner[col + 1] = row;
+            } else {
+                unmatched.push(row);
             }
         }
-        let total = -self.v[0];
-        if total >= BIG {
+        for row in unmatched {
+            // the potentials are feasible for every row at all times, so their
+            // sum is a lower bound on the optimum (weak duality), and it grows
+            let lower = self.dual();
+            if lower >= BIG {
+                return UNREACHABLE;
+            }
+            if lower > cap as i64 {
+                return lower as u32;
+            }
+            self.add_row(row);
+        }
+        self.total()
+    }
+
+    /// Gives box `row` (0-based) of a solved matching the costs of square `to`
+    /// and matches it again; returns the new optimum. The other rows' potentials
+    /// stay feasible (their costs did not change) and the freed column keeps
+    /// its potential, so one augmenting path restores optimality.
+    fn replace_row(&mut self, row: usize, table: &[u16], floor: usize, to: u16) -> u32 {
+        let n = self.n;
+        for t in 0..n {
+            self.cost[row * n + t] = table[t * floor + to as usize];
+        }
+        if let Some(col) = (1..=n).find(|&c| self.owner[c] == row + 1) {
+            self.owner[col] = 0;
+        }
+        self.u[row + 1] = 0;
+        self.add_row(row + 1);
+        self.total()
+    }
+
+    /// The dual objective: the sum of the potentials.
+    fn dual(&self) -> i64 {
+        self.u[1..=self.n].iter().sum::<i64>() + self.v[1..=self.n].iter().sum::<i64>()
+    }
+
+    /// The cost of the current (complete) matching, or [`UNREACHABLE`].
+    fn total(&self) -> u32 {
+        let n = self.n;
+        let mut sum = 0i64;
+        for col in 1..=n {
+            sum += cost_of(self.cost[(self.owner[col] - 1) * n + col - 1]);
+        }
+        if sum >= BIG {
             UNREACHABLE
         } else {
-            total as u32
+            sum as u32
+        }
+    }
+
+    /// One phase of the method: matches the unmatched `row` (1-based) by the
+    /// shortest augmenting path under reduced costs, keeping every potential
+    /// feasible and every matched pair tight.
+    fn add_row(&mut self, row: usize) {
+        let n = self.n;
+        self.owner[0] = row;
+        let mut col0 = 0;
+        self.minv.clear();
+        self.minv.resize(n + 1, i64::MAX);
+        self.used.clear();
+        self.used.resize(n + 1, false);
+        loop {
+            self.used[col0] = true;
+            let r = self.owner[col0];
+            let (mut delta, mut col1) = (i64::MAX, 0);
+            let costs = &self.cost[(r - 1) * n..r * n];
+            for col in 1..=n {
+                if self.used[col] {
+                    continue;
+                }
+                let cur = cost_of(costs[col - 1]) - self.u[r] - self.v[col];
+                if cur < self.minv[col] {
+                    self.minv[col] = cur;
+                    self.way[col] = col0;
+                }
+                if self.minv[col] < delta {
+                    delta = self.minv[col];
+                    col1 = col;
+                }
+            }
+            for col in 0..=n {
+                if self.used[col] {
+                    self.u[self.owner[col]] += delta;
+                    self.v[col] -= delta;
+                } else {
+                    self.minv[col] -= delta;
+                }
+            }
+            col0 = col1;
+            if self.owner[col0] == 0 {
+                break;
+            }
+        }
+        loop {
+            let prev = self.way[col0];
+            self.owner[col0] = self.owner[prev];
+            col0 = prev;
+            if col0 == 0 {
+                break;
+            }
         }
     }
 }
@@ -329,26 +427,77 @@ mod tests {
         Board::new(&parse_one(t, "t").unwrap()).unwrap()
     }
 
+    /// The cheapest assignment of an `n` x `n` matrix by trying every permutation.
+    fn brute_force(costs: &[u16], n: usize) -> u32 {
+        fn go(costs: &[u16], n: usize, row: usize, used: &mut Vec<bool>) -> u64 {
+            if row == n {
+                return 0;
+            }
+            let mut best = u64::MAX;
+            for col in 0..n {
+                if used[col] || costs[row * n + col] == FAR {
+                    continue;
+                }
+                used[col] = true;
+                let rest = go(costs, n, row + 1, used);
+                used[col] = false;
+                if rest != u64::MAX {
+                    best = best.min(costs[row * n + col] as u64 + rest);
+                }
+            }
+            best
+        }
+        let best = go(costs, n, 0, &mut vec![false; n]);
+        if best == u64::MAX {
+            UNREACHABLE
+        } else {
+            best as u32
+        }
+    }
+
+    fn matching(costs: &[u16], n: usize) -> Matching {
+        Matching { n, cost: costs.to_vec(), ..Matching::default() }
+    }
+
     #[test]
     fn matching_finds_the_cheapest_assignment() {
-        let mut m = Matching::default();
-        // targets x boxes: the diagonal costs 1 + 5 + 9, the best is 2 + 4 + 3... by brute force
-        let costs = [[4u16, 1, 3], [2, 0, 5], [3, 2, 2]];
-        m.cost = costs.iter().flatten().copied().collect();
-        let mut best = u32::MAX;
-        for p in [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {
-            best = best.min((0..3).map(|t| costs[t][p[t]] as u32).sum());
-        }
-        assert_eq!(m.solve(3, u32::MAX), best);
+        let costs = [4u16, 1, 3, 2, 0, 5, 3, 2, 2];
+        assert_eq!(matching(&costs, 3).solve(u32::MAX), brute_force(&costs, 3));
         // an impossible pair that must be used
-        m.cost = vec![FAR, 1, FAR, FAR];
-        assert_eq!(m.solve(2, u32::MAX), UNREACHABLE);
-        m.cost = vec![FAR, 1, 2, FAR];
-        assert_eq!(m.solve(2, u32::MAX), 3);
+        assert_eq!(matching(&[FAR, 1, FAR, FAR], 2).solve(u32::MAX), UNREACHABLE);
+        assert_eq!(matching(&[FAR, 1, 2, FAR], 2).solve(u32::MAX), 3);
         // capped: an answer above the cap, never above the true optimum
-        m.cost = costs.iter().flatten().copied().collect();
-        let capped = m.solve(3, 1);
-        assert!(capped > 1 && capped <= best, "{capped}");
+        let capped = matching(&costs, 3).solve(1);
+        assert!(capped > 1 && capped <= brute_force(&costs, 3), "{capped}");
+    }
+
+    proptest::proptest! {
+        /// On random matrices (some pairs impossible), the method's optimum is
+        /// the brute-force one, and so is the optimum after one row is replaced
+        /// and matched again from the solved potentials.
+        #[test]
+        fn matching_and_row_replacement_agree_with_brute_force(
+            n in 1usize..7,
+            seed in proptest::collection::vec(0u16..12, 49),
+            row in 0usize..7,
+            fresh in proptest::collection::vec(0u16..12, 7),
+        ) {
+            let far = |c: u16| if c >= 10 { FAR } else { c };
+            let costs: Vec<u16> = seed[..n * n].iter().map(|&c| far(c)).collect();
+            let mut m = matching(&costs, n);
+            let best = m.solve(u32::MAX);
+            proptest::prop_assert_eq!(best, brute_force(&costs, n));
+            if best == UNREACHABLE {
+                return Ok(());
+            }
+            // one target row per column: the new square's costs are `fresh`
+            let row = row % n;
+            let floor = 1;
+            let table: Vec<u16> = fresh[..n].iter().map(|&c| far(c)).collect();
+            let mut replaced = costs.clone();
+            replaced[row * n..(row + 1) * n].copy_from_slice(&table);
+            proptest::prop_assert_eq!(m.replace_row(row, &table, floor, 0), brute_force(&replaced, n));
+        }
     }
 
     #[test]
