@@ -42,6 +42,8 @@ pub struct SolveOptions {
     pub deadline: Option<Instant>,
     /// The bounded search (on by default).
     pub bound: BoundSpec,
+    /// Whether the bound adds the 2-box games' pair penalties (on by default).
+    pub pair_penalties: bool,
     /// Memory budget in bytes for states and successors. With a budget or a
     /// spill directory the solve keeps what fits in RAM and spills the rest;
     /// with neither, everything stays in RAM.
@@ -74,6 +76,7 @@ impl Default for SolveOptions {
             tables: TableSource::None,
             deadline: None,
             bound: BoundSpec::Iterate,
+            pair_penalties: true,
             memory_budget: None,
             spill_dir: None,
             keep_spill: false,
@@ -110,6 +113,7 @@ pub fn solve_local_observed(
         pruning: opts.pruning,
         tables: opts.tables.clone(),
         bound: opts.bound,
+        pair_penalties: opts.pair_penalties,
         max_states: opts.max_states,
         deadline: opts.deadline,
     };

@@ -78,6 +78,10 @@ pub struct SolveArgs {
     /// the optimum if some solution is that short, else "no solution within N".
     #[arg(long, value_name = "N", conflicts_with = "no_bound")]
     pub upper_bound: Option<u32>,
+    /// Bound by the box-to-goal matching alone, without the pair penalties
+    /// of the 2-box games (for comparisons; the answer is the same).
+    #[arg(long, conflicts_with = "no_bound")]
+    pub no_pair_penalties: bool,
     /// Build k-PG deadlock tables up to this k in memory before each solve (1 to 8).
     /// Without it the solve still prunes dead squares, the player-free part of the
     /// 1-PG table; `--kpg 0` turns that off too and uses no table at all.
@@ -159,6 +163,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
             (false, Some(u)) => BoundSpec::Upper(u),
             (false, None) => BoundSpec::Iterate,
         },
+        pair_penalties: !args.no_pair_penalties,
         memory_budget: args.mem,
         spill_dir: args.spill_dir.clone(),
         keep_spill: args.keep_spill,

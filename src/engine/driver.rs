@@ -11,7 +11,7 @@ use super::report::{BoundIteration, SolveReport, Status};
 use super::search::{bidirectional, LayerBackend, Limits, Progress, SearchEnd, SearchStats};
 use super::{Bound, EngineError, LowerBound, PatternCheck, Problem};
 use crate::model::board::Board;
-use crate::model::bounds::{PushDistances, UNREACHABLE};
+use crate::model::bounds::{LowerBounds, UNREACHABLE};
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::rules::{goal_states, normalize_player, Pruning, Scratch};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +32,7 @@ pub enum TableSource {
 }
 
 /// Whether and how the search is bounded (the push-distance lower bound of
-/// [`PushDistances`], iterated over bounds `U`; see `search.rs` for the proof).
+/// [`LowerBounds`], iterated over bounds `U`; see `search.rs` for the proof).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BoundSpec {
     /// The plain search: no bound.
@@ -50,6 +50,8 @@ pub struct SolveSpec {
     pub pruning: Pruning,
     pub tables: TableSource,
     pub bound: BoundSpec,
+    /// Whether the bound adds the 2-box games' pair penalties to the matching.
+    pub pair_penalties: bool,
     /// Stop (status `limit`) once this many states are stored.
     pub max_states: Option<u64>,
     /// Stop (status `timeout`) at this instant; the table build counts.
@@ -62,6 +64,7 @@ impl Default for SolveSpec {
             pruning: Pruning::SOLVE,
             tables: TableSource::None,
             bound: BoundSpec::Iterate,
+            pair_penalties: true,
             max_states: None,
             deadline: None,
         }
@@ -184,7 +187,7 @@ fn search<K: StateKey, D: Deployment>(
     report: &mut SolveReport,
 ) -> Result<(), EngineError> {
     let patterns = tables.clone().map(|t| t as Arc<dyn PatternCheck>);
-    let lower = (spec.bound != BoundSpec::Off).then(|| Arc::new(PushDistances::new(board)));
+    let lower = (spec.bound != BoundSpec::Off).then(|| Arc::new(LowerBounds::new(board, spec.pair_penalties)));
     let mut limit = match (&lower, spec.bound) {
         (None, _) => None,
         (Some(lower), bound) => {

@@ -128,13 +128,13 @@ pub trait LowerBound: Send + Sync {
     }
 }
 
-impl LowerBound for crate::model::bounds::PushDistances {
+impl LowerBound for crate::model::bounds::LowerBounds {
     fn estimate(&self, side: Side, boxes: &[u16], cap: u32) -> u32 {
         self.estimate_capped(boxes, side == Side::Forward, cap)
     }
 
     fn estimate_child(&self, side: Side, parent: &[u16], from: u16, to: u16, child: &[u16], cap: u32) -> u32 {
-        crate::model::bounds::PushDistances::estimate_child(self, parent, from, to, child, side == Side::Forward, cap)
+        crate::model::bounds::LowerBounds::estimate_child(self, parent, from, to, child, side == Side::Forward, cap)
     }
 }
 

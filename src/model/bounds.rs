@@ -17,6 +17,7 @@
 //! reach any side of the box), which only lowers them.
 
 use super::board::{opposite, Board, DIRS, NONE};
+use super::pairs::PairPenalties;
 use std::cell::RefCell;
 
 /// No push path: the target cannot be reached from the square.
@@ -117,6 +118,62 @@ impl PushDistances {
             &self.to_goal
         } else {
             &self.from_start
+        }
+    }
+}
+
+/// The bounded search's lower bound: the matching of [`PushDistances`] plus,
+/// where the board is small enough for them, the [`PairPenalties`] of disjoint
+/// pairs of boxes (why the sum is still a lower bound is in `pairs.rs`).
+#[derive(Debug, Clone)]
+pub struct LowerBounds {
+    pub distances: PushDistances,
+    pub pairs: Option<PairPenalties>,
+}
+
+impl LowerBounds {
+    /// The matching alone (`pairs` false), or with the pair penalties.
+    pub fn new(board: &Board, pairs: bool) -> LowerBounds {
+        let distances = PushDistances::new(board);
+        let pairs = if pairs { PairPenalties::new(board, &distances).filter(|p| p.useful()) } else { None };
+        LowerBounds { distances, pairs }
+    }
+
+    /// The parity (0 or 1) of the push count of every solution of the level.
+    pub fn parity(&self) -> u32 {
+        self.distances.parity()
+    }
+
+    /// A lower bound on the pushes from the state with `boxes` to the goal
+    /// (`forward`), or from the start to it; [`UNREACHABLE`] for a dead state.
+    pub fn estimate(&self, boxes: &[u16], forward: bool) -> u32 {
+        self.estimate_capped(boxes, forward, u32::MAX - 1)
+    }
+
+    /// [`LowerBounds::estimate`] when it is at most `cap`; otherwise some
+    /// lower bound above `cap`.
+    pub fn estimate_capped(&self, boxes: &[u16], forward: bool, cap: u32) -> u32 {
+        self.with_pairs(boxes, forward, cap, |cap| self.distances.estimate_capped(boxes, forward, cap))
+    }
+
+    /// [`PushDistances::estimate_child`] with the child's pair penalties added.
+    pub fn estimate_child(&self, parent: &[u16], from: u16, to: u16, child: &[u16], forward: bool, cap: u32) -> u32 {
+        self.with_pairs(child, forward, cap, |cap| self.distances.estimate_child(parent, from, to, child, forward, cap))
+    }
+
+    /// The pair penalties of `boxes` plus `matching(cap less them)`: at most
+    /// `cap` exactly when the matching fits what the penalties leave of it.
+    fn with_pairs(&self, boxes: &[u16], forward: bool, cap: u32, matching: impl FnOnce(u32) -> u32) -> u32 {
+        let extra = self.pairs.as_ref().map_or(0, |p| p.sum(boxes, forward));
+        if extra == UNREACHABLE {
+            return UNREACHABLE;
+        }
+        if extra > cap {
+            return extra;
+        }
+        match matching(cap - extra) {
+            UNREACHABLE => UNREACHABLE,
+            m => m.saturating_add(extra).min(UNREACHABLE - 1),
         }
     }
 }

@@ -4,5 +4,6 @@ pub mod board;
 pub mod bounds;
 pub mod key;
 pub mod level;
+pub mod pairs;
 pub mod rules;
 pub mod solution;

@@ -63,6 +63,7 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         // the workers build their problem from the job alone and do not run
         // the bounded search yet
         bound: BoundSpec::Off,
+        pair_penalties: false,
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
         // the deadline counts the time already run before a coordinator restart
         deadline: (rec.options.timeout > 0.0)

@@ -1,0 +1,289 @@
+//! Pair penalties from the 2-box game: for every two squares, how many pushes
+//! two boxes standing there need beyond their lone-box distances, whatever two
+//! targets they are sent to. Added over disjoint pairs of boxes to the
+//! matching bound of [`super::bounds`], they keep it a lower bound.
+//!
+//! # Why the matching plus the penalties of disjoint pairs is a lower bound
+//!
+//! Take any solution from a state to the goal, and the goal it brings each box
+//! to: an assignment `π`. The pushes it applies to boxes `a` and `b` together,
+//! with every other box removed, are a solution of the 2-box game that brings
+//! `a` to `π(a)` and `b` to `π(b)` (removing boxes never takes a push away), so
+//! they number at least that game's distance `D2(a, b → π(a), π(b))`. The
+//! penalty `P(a, b)` is the least, over every ordered pair of distinct targets
+//! `(g, h)`, of `D2(a, b → g, h) - d(a, g) - d(b, h)`, where `d` is the lone-box
+//! distance the matching uses; so those pushes number at least
+//! `d(a, π(a)) + d(b, π(b)) + P(a, b)`. Each push moves one box, so over
+//! disjoint pairs and the remaining boxes the solution has at least
+//! `Σ d(x, π(x)) + Σ P`, and `Σ d(x, π(x))` is at least the cheapest matching.
+//! Backward, the same holds for the pushes from the start, with start squares
+//! as targets and the 2-box game played forward from them (player in the
+//! start player's region). A pair with no target pair at all is dead.
+//! The player is left free in the table (the least over its regions), which
+//! only lowers a penalty.
+
+use super::board::{opposite, Board, DIRS, NONE};
+use super::bounds::PushDistances;
+
+/// A pair that can reach no two targets: every state holding it is dead.
+pub const DEAD: u8 = u8::MAX;
+
+/// Largest board (floor squares) the tables are built for: the region labels
+/// take `floor^3 / 2` bytes, and the 2-box games `targets^2 * floor^2` steps.
+pub const MAX_FLOOR: usize = 250;
+
+/// Largest number of 2-box game states (target pairs times square pairs) the
+/// tables are built for, about a second of work per side.
+pub const MAX_WORK: usize = 60_000_000;
+
+/// Pair penalties of one level, both directions.
+#[derive(Debug, Clone)]
+pub struct PairPenalties {
+    floor: usize,
+    /// `forward[x * floor + y]` (symmetric): pushes beyond the lone-box
+    /// distances to the goals; [`DEAD`] when no two goals can be reached.
+    forward: Vec<u8>,
+    /// The same from the start squares.
+    backward: Vec<u8>,
+    /// Whether any penalty is positive (else the tables add nothing).
+    useful: bool,
+}
+
+/// Region labels of the floor with two squares blocked, for every pair.
+struct Regions {
+    floor: usize,
+    /// `labels[pair(x, y) * floor + s]`: the region of `s` (x, y themselves: NO_REGION).
+    labels: Vec<u8>,
+    /// Regions per pair.
+    count: Vec<u8>,
+}
+
+const NO_REGION: u8 = u8::MAX;
+/// At most this many regions are told apart; further ones share the last label
+/// (merging regions only lowers a distance, so the tables stay lower bounds).
+const MAX_REGIONS: usize = 8;
+
+#[inline]
+fn pair(x: usize, y: usize) -> usize {
+    let (a, b) = if x < y { (x, y) } else { (y, x) };
+    b * (b - 1) / 2 + a
+}
+
+impl Regions {
+    fn new(board: &Board) -> Regions {
+        let floor = board.floor_count();
+        let pairs = floor * floor.saturating_sub(1) / 2;
+        let mut labels = vec![NO_REGION; pairs * floor];
+        let mut count = vec![0u8; pairs];
+        let mut stack = Vec::new();
+        for y in 1..floor {
+            for x in 0..y {
+                let p = pair(x, y);
+                let lab = &mut labels[p * floor..(p + 1) * floor];
+                let mut next = 0u8;
+                for s in 0..floor {
+                    if s == x || s == y || lab[s] != NO_REGION {
+                        continue;
+                    }
+                    let id = next.min(MAX_REGIONS as u8 - 1);
+                    next = next.saturating_add(1);
+                    lab[s] = id;
+                    stack.push(s as u16);
+                    while let Some(f) = stack.pop() {
+                        for d in 0..DIRS {
+                            let g = board.neighbour(f, d);
+                            if g != NONE && g as usize != x && g as usize != y && lab[g as usize] == NO_REGION {
+                                lab[g as usize] = id;
+                                stack.push(g);
+                            }
+                        }
+                    }
+                }
+                count[p] = next.min(MAX_REGIONS as u8);
+            }
+        }
+        Regions { floor, labels, count }
+    }
+
+    #[inline]
+    fn label(&self, x: u16, y: u16, s: u16) -> u8 {
+        self.labels[pair(x as usize, y as usize) * self.floor + s as usize]
+    }
+}
+
+impl PairPenalties {
+    /// The tables of `board` under the lone-box distances `dist`, or `None`
+    /// when the board is too large for them (see [`MAX_FLOOR`], [`MAX_WORK`])
+    /// or has fewer than two boxes.
+    pub fn new(board: &Board, dist: &PushDistances) -> Option<PairPenalties> {
+        let floor = board.floor_count();
+        let n = board.goals.len();
+        if n < 2 || floor > MAX_FLOOR || n * n * floor * floor / 2 > MAX_WORK {
+            return None;
+        }
+        let regions = Regions::new(board);
+        let forward = side_table(board, &regions, dist, true);
+        let backward = side_table(board, &regions, dist, false);
+        let useful = forward.iter().chain(&backward).any(|&p| p > 0);
+        Some(PairPenalties { floor, forward, backward, useful })
+    }
+
+    /// Whether any pair has a penalty (or is dead); if not, the sum is always 0.
+    pub fn useful(&self) -> bool {
+        self.useful
+    }
+
+    /// The penalty of boxes on `x` and `y` (`forward`: to the goals; else from
+    /// the start); [`DEAD`] for a dead pair.
+    #[inline]
+    pub fn penalty(&self, x: u16, y: u16, forward: bool) -> u8 {
+        let t = if forward { &self.forward } else { &self.backward };
+        t[x as usize * self.floor + y as usize]
+    }
+
+    /// The penalties of disjoint pairs of `boxes`, taken greedily from the
+    /// largest: [`super::bounds::UNREACHABLE`] if some pair is dead. Any set of
+    /// disjoint pairs gives a lower bound; the greedy one is a large one.
+    pub fn sum(&self, boxes: &[u16], forward: bool) -> u32 {
+        if !self.useful {
+            return 0;
+        }
+        let t = if forward { &self.forward } else { &self.backward };
+        PICK.with(|pick| {
+            let mut pick = pick.borrow_mut();
+            let Pick { found, taken } = &mut *pick;
+            found.clear();
+            for (i, &x) in boxes.iter().enumerate() {
+                let row = &t[x as usize * self.floor..(x as usize + 1) * self.floor];
+                for (j, &y) in boxes.iter().enumerate().skip(i + 1) {
+                    let p = row[y as usize];
+                    if p == DEAD {
+                        return super::bounds::UNREACHABLE;
+                    }
+                    if p > 0 {
+                        found.push((p, i as u16, j as u16));
+                    }
+                }
+            }
+            if found.is_empty() {
+                return 0;
+            }
+            found.sort_unstable_by(|a, b| b.cmp(a));
+            taken.clear();
+            taken.resize(boxes.len(), false);
+            let mut sum = 0u32;
+            for &(p, i, j) in found.iter() {
+                if !taken[i as usize] && !taken[j as usize] {
+                    taken[i as usize] = true;
+                    taken[j as usize] = true;
+                    sum += p as u32;
+                }
+            }
+            sum
+        })
+    }
+}
+
+#[derive(Default)]
+struct Pick {
+    found: Vec<(u8, u16, u16)>,
+    taken: Vec<bool>,
+}
+
+thread_local! {
+    static PICK: std::cell::RefCell<Pick> = std::cell::RefCell::new(Pick::default());
+}
+
+/// One direction's table: the least penalty of every square pair over every
+/// ordered target pair, by one 2-box game per unordered target pair (boxes
+/// labelled, so both orders are covered).
+fn side_table(board: &Board, regions: &Regions, dist: &PushDistances, forward: bool) -> Vec<u8> {
+    let floor = board.floor_count();
+    let targets: &[u16] = if forward { &board.goals } else { &board.start_boxes };
+    let lone = |t: usize, x: u16| if forward { dist.to_goal(t, x) } else { dist.from_start(t, x) };
+    let mut best = vec![DEAD; floor * floor];
+    let mut depth = vec![u16::MAX; floor * floor * MAX_REGIONS];
+    let mut queue: Vec<(u16, u16, u8)> = Vec::new();
+    for t1 in 0..targets.len() {
+        for t2 in t1 + 1..targets.len() {
+            depth.fill(u16::MAX);
+            queue.clear();
+            let (g1, g2) = (targets[t1], targets[t2]);
+            let seeds: Vec<u8> = if forward {
+                // solved: the player anywhere
+                (0..regions.count[pair(g1 as usize, g2 as usize)]).collect()
+            } else {
+                let at = regions.label(g1, g2, board.start_player);
+                if at == NO_REGION {
+                    continue; // the player stands on one of them: not the start
+                }
+                vec![at]
+            };
+            for r in seeds {
+                depth[(g1 as usize * floor + g2 as usize) * MAX_REGIONS + r as usize] = 0;
+                queue.push((g1, g2, r));
+            }
+            game(board, regions, forward, &mut depth, &mut queue);
+            for a in 0..floor {
+                for b in 0..floor {
+                    if a == b {
+                        continue;
+                    }
+                    let at = (a * floor + b) * MAX_REGIONS;
+                    let d = *depth[at..at + MAX_REGIONS].iter().min().unwrap_or(&u16::MAX);
+                    if d == u16::MAX {
+                        continue;
+                    }
+                    // box 1 went to (came from) g1, box 2 to g2
+                    let (l1, l2) = (lone(t1, a as u16), lone(t2, b as u16));
+                    let extra = (d as u32).saturating_sub(l1.saturating_add(l2)).min(DEAD as u32 - 1) as u8;
+                    let (lo, hi) = (a.min(b), a.max(b));
+                    for cell in [lo * floor + hi, hi * floor + lo] {
+                        best[cell] = best[cell].min(extra);
+                    }
+                }
+            }
+        }
+    }
+    best
+}
+
+/// Breadth-first search of the labelled 2-box game from the queued states:
+/// backward by pulls (`forward` tables: distances to the seeds), forward by
+/// pushes (distances from them). `depth[(a * floor + b) * MAX_REGIONS + r]`.
+fn game(board: &Board, regions: &Regions, forward: bool, depth: &mut [u16], queue: &mut Vec<(u16, u16, u8)>) {
+    let floor = board.floor_count();
+    let mut head = 0;
+    while head < queue.len() {
+        let (a, b, r) = queue[head];
+        head += 1;
+        let d = depth[(a as usize * floor + b as usize) * MAX_REGIONS + r as usize];
+        for which in 0..2 {
+            let (z, other) = if which == 0 { (a, b) } else { (b, a) };
+            for dir in 0..DIRS {
+                // a pull moves the box from z to z + dir, the player from
+                // z + dir to z + 2 dir; a push moves the box to z + dir with
+                // the player coming from z - dir and ending on z
+                let (player_at, box_to, player_to) = if forward {
+                    let n1 = board.neighbour(z, dir);
+                    (n1, n1, if n1 == NONE { NONE } else { board.neighbour(n1, dir) })
+                } else {
+                    (board.neighbour(z, opposite(dir)), board.neighbour(z, dir), z)
+                };
+                if player_at == NONE || box_to == NONE || player_to == NONE || box_to == other || player_to == other {
+                    continue;
+                }
+                if regions.label(a, b, player_at) != r {
+                    continue;
+                }
+                let (na, nb) = if which == 0 { (box_to, b) } else { (a, box_to) };
+                let nr = regions.label(na, nb, player_to);
+                let at = (na as usize * floor + nb as usize) * MAX_REGIONS + nr as usize;
+                if depth[at] == u16::MAX {
+                    depth[at] = d + 1;
+                    queue.push((na, nb, nr));
+                }
+            }
+        }
+    }
+}
