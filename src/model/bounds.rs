@@ -196,22 +196,12 @@ impl PushDistances {
         let answer = PARENT.with(|c| {
             let mut c = c.borrow_mut();
             if c.forward != forward || c.boxes != parent || c.owner != self.id {
-                c.boxes.clear();
-                c.boxes.extend_from_slice(parent);
-                c.forward = forward;
-                c.owner = self.id;
-                c.value = MATCHING.with(|m| {
-                    let mut m = m.borrow_mut();
-                    m.load(table, self.floor, parent);
-                    let value = m.solve(u32::MAX - 1);
-                    c.solved.clone_from(&*m);
-                    value
-                });
+                c.refresh(self, table, parent, forward);
             }
             if c.value == UNREACHABLE {
                 return None;
             }
-            let row = parent.binary_search(&from).ok()?;
+            let row = c.rows.iter().position(|&s| s == from)?;
             let col = c.solved.col_of(row);
             let (old, new) = (table[col * self.floor + from as usize], table[col * self.floor + to as usize]);
             if new != FAR {
@@ -243,10 +233,75 @@ struct ParentMatch {
     /// The [`PushDistances::id`] it was computed with (0: none).
     owner: u64,
     forward: bool,
+    /// The parent's boxes, sorted.
     boxes: Vec<u16>,
+    /// The square of each row of `solved` (rows need not be sorted).
+    rows: Vec<u16>,
     value: u32,
     /// The parent's optimal matching with its dual potentials.
     solved: Matching,
+    /// Parents reached from the last full solve by replacing rows.
+    chain: u32,
+    /// Scratch: squares that left and came, from one parent to the next.
+    gone: Vec<u16>,
+    came: Vec<u16>,
+}
+
+/// Parents matched by row replacements before a full solve starts afresh, so
+/// that the potentials (which only drift one way) stay far from overflow.
+const CHAIN: u32 = 1024;
+
+impl ParentMatch {
+    /// Makes this the matching of `parent`. Parents come in key order, so the
+    /// next one often shares most boxes with the last: then only the rows of
+    /// the boxes that differ are replaced, one augmenting path each, instead
+    /// of solving the whole matching again.
+    fn refresh(&mut self, dist: &PushDistances, table: &[u16], parent: &[u16], forward: bool) {
+        let warm = self.owner == dist.id
+            && self.forward == forward
+            && self.value != UNREACHABLE
+            && self.chain < CHAIN
+            && self.boxes.len() == parent.len()
+            && {
+                self.gone.clear();
+                self.came.clear();
+                let (mut i, mut j) = (0, 0);
+                while i < self.boxes.len() || j < parent.len() {
+                    match (self.boxes.get(i), parent.get(j)) {
+                        (Some(a), Some(b)) if a == b => (i, j) = (i + 1, j + 1),
+                        (Some(&a), Some(&b)) if a < b => (self.gone.push(a), i += 1).1,
+                        (Some(&a), None) => (self.gone.push(a), i += 1).1,
+                        (_, Some(&b)) => (self.came.push(b), j += 1).1,
+                        (None, None) => break,
+                    }
+                }
+                2 * self.gone.len() <= parent.len()
+            };
+        if warm {
+            for k in 0..self.gone.len() {
+                let (gone, came) = (self.gone[k], self.came[k]);
+                let Some(row) = self.rows.iter().position(|&s| s == gone) else { break };
+                self.value = self.solved.replace_row(row, table, dist.floor, came);
+                self.rows[row] = came;
+            }
+            self.chain += 1;
+        } else {
+            self.value = MATCHING.with(|m| {
+                let mut m = m.borrow_mut();
+                m.load(table, dist.floor, parent);
+                let value = m.solve(u32::MAX - 1);
+                self.solved.clone_from(&*m);
+                value
+            });
+            self.rows.clear();
+            self.rows.extend_from_slice(parent);
+            self.chain = 0;
+        }
+        self.boxes.clear();
+        self.boxes.extend_from_slice(parent);
+        self.forward = forward;
+        self.owner = dist.id;
+    }
 }
 
 thread_local! {
