@@ -139,6 +139,15 @@ pub struct SubmitArgs {
     /// Turn off the PI-corral move restriction of the forward search.
     #[arg(long)]
     pub no_pi_corrals: bool,
+    /// The plain search: no push-distance bound (as `solve --no-bound`).
+    #[arg(long)]
+    pub no_bound: bool,
+    /// One bounded iteration at this many pushes (as `solve --upper-bound`).
+    #[arg(long, value_name = "N", conflicts_with = "no_bound", value_parser = clap::value_parser!(u32).range(1..))]
+    pub upper_bound: Option<u32>,
+    /// Bound by the matching alone, without the pair penalties.
+    #[arg(long, conflicts_with = "no_bound")]
+    pub no_pair_penalties: bool,
     /// One JSON object per level on stdout.
     #[arg(long)]
     pub json: bool,
@@ -263,6 +272,9 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         max_states: a.max_states,
         timeout: a.timeout,
         kpg: a.kpg,
+        no_bound: a.no_bound,
+        upper_bound: a.upper_bound,
+        no_pair_penalties: a.no_pair_penalties,
     };
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
     let rt = runtime()?;

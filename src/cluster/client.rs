@@ -73,6 +73,12 @@ pub struct SubmitOptions {
     pub max_states: Option<u64>,
     pub timeout: Option<f64>,
     pub kpg: Option<u32>,
+    /// The plain search (no push-distance bound).
+    pub no_bound: bool,
+    /// One bounded iteration at this many pushes.
+    pub upper_bound: Option<u32>,
+    /// Bound by the matching alone.
+    pub no_pair_penalties: bool,
 }
 
 fn state_name(s: i32) -> &'static str {
@@ -99,7 +105,17 @@ fn report_of(r: &SolveResult) -> SolveReport {
     };
     SolveReport {
         storage: None,
-        iterations: Vec::new(),
+        iterations: r
+            .iterations
+            .iter()
+            .map(|i| crate::engine::report::BoundIteration {
+                bound: i.bound,
+                states: i.states,
+                generated: i.generated,
+                pruned: i.pruned,
+                seconds: i.seconds,
+            })
+            .collect(),
         status,
         pushes: r.pushes.map(|v| v as usize),
         moves: r.moves.map(|v| v as usize),
@@ -185,6 +201,9 @@ impl Client {
                 max_states: o.max_states.unwrap_or(0),
                 timeout: o.timeout.unwrap_or(0.0),
                 kpg: o.kpg.unwrap_or(0),
+                no_bound: o.no_bound,
+                upper_bound: o.upper_bound.unwrap_or(0),
+                no_pair_penalties: o.no_pair_penalties,
             }),
         };
         let r = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?;

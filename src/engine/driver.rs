@@ -94,6 +94,13 @@ pub trait Deployment {
         search: &mut dyn FnMut(&mut dyn LayerBackend<K>) -> Result<(), EngineError>,
     ) -> Result<(), EngineError>;
 
+    /// The bounded search's iteration whose layers this deployment already
+    /// holds (a cluster job resumed from its log): `Some(None)` for the plain
+    /// search, `None` when it holds none. The driver starts there.
+    fn resumed_bound(&self) -> Option<Option<u32>> {
+        None
+    }
+
     /// Adds what only the deployment knows to a finished report (disk use of a
     /// budgeted store, counts kept across a cluster restart).
     fn finish_report(&mut self, _report: &mut SolveReport) {}
@@ -207,7 +214,11 @@ fn search<K: StateKey, D: Deployment>(
                         return Ok(());
                     }
                 },
-                _ => Some(start),
+                // a resumed job goes on with the iteration it was in
+                _ => match deployment.resumed_bound() {
+                    Some(resumed) => resumed.map(|u| u.max(start)),
+                    None => Some(start),
+                },
             }
         }
     };

@@ -197,11 +197,11 @@ fn layers_done(j: &serde_json::Value) -> u64 {
     j["forward_layers"].as_u64().unwrap_or(0) + j["backward_layers"].as_u64().unwrap_or(0)
 }
 
-/// Local mode's answers with the plain search, which is what the cluster runs
-/// (its workers do not run the bounded search yet), so that states compare.
-fn local_solve(file: &Path, levels: &str) -> Vec<serde_json::Value> {
-    let args = ["solve", file.to_str().unwrap(), "--levels", levels, "--json", "--no-bound"];
-    let o = Command::new(BIN).args(args).output().unwrap();
+/// Local mode's answers with the same search settings as a cluster job (the
+/// bounded search by default, or as `extra` says), so that states compare.
+fn local_solve(file: &Path, levels: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let args = ["solve", file.to_str().unwrap(), "--levels", levels, "--json"];
+    let o = Command::new(BIN).args(args).args(extra).output().unwrap();
     String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
@@ -232,7 +232,7 @@ fn cluster_of_three_solves_like_local_mode() {
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
     let got: Vec<serde_json::Value> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let local = local_solve(&file, "1-12");
+    let local = local_solve(&file, "1-12", &[]);
     let truth = truth();
     assert_eq!(got.len(), 12);
     for (g, l) in got.iter().zip(&local) {
@@ -243,8 +243,39 @@ fn cluster_of_three_solves_like_local_mode() {
         // same engine, same deterministic meeting and rebuild: the same solution
         assert_eq!(g["solution"], l["solution"], "level {level}");
         assert_eq!(g["states"], l["states"], "level {level}");
+        // the bounded search iterates over the same bounds on the workers
+        let bounds = |v: &serde_json::Value| {
+            v["iterations"]
+                .as_array()
+                .map(|a| a.iter().map(|i| (i["bound"].clone(), i["states"].clone())).collect::<Vec<_>>())
+        };
+        assert!(bounds(l).is_some_and(|b| !b.is_empty()), "level {level}: local ran no bounded iteration: {l}");
+        assert_eq!(bounds(g), bounds(l), "level {level}: iterations");
         check_solution(level, g["solution"].as_str().unwrap(), g["pushes"].as_u64().unwrap());
     }
+    // iterations that end below the optimum start the next one afresh on the
+    // workers: under the matching alone, Microban I #1 fails at 4 and 6
+    let args = ["--level", "1", "--json", "--no-pair-penalties"];
+    let o = c.cli(&[&["submit", file.to_str().unwrap()][..], &args].concat());
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let l = &local_solve(&file, "1-1", &args[3..])[0];
+    let bounds: Vec<u64> = g["iterations"].as_array().unwrap().iter().map(|i| i["bound"].as_u64().unwrap()).collect();
+    assert_eq!(bounds, [4, 6, 8], "{g}");
+    let counts = |v: &serde_json::Value| {
+        let its = v["iterations"].as_array().unwrap().iter();
+        its.map(|i| [&i["bound"], &i["states"], &i["generated"], &i["pruned"]].map(|x| x.as_u64())).collect::<Vec<_>>()
+    };
+    assert_eq!(counts(&g), counts(l), "iterations: cluster vs local");
+    assert_eq!((&g["states"], &g["solution"]), (&l["states"], &l["solution"]));
+    // one iteration below the optimum: no solution within it, exit 1
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "1", "--json", "--upper-bound", "7"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (&g["status"], &g["reason"]),
+        (&serde_json::json!("bounded"), &serde_json::json!("no solution within 7 pushes"))
+    );
     // the work was spread: every worker held partitions and sent successors
     let st = c.status();
     for w in st["workers"].as_array().unwrap() {
@@ -261,11 +292,14 @@ fn workers_over_their_memory_budget_spill_to_disk_and_agree_with_local_mode() {
     c.start_worker_with(1, "64K");
     c.wait_workers(2);
     let file = repo(MICROBAN);
-    let o = c.cli(&["submit", file.to_str().unwrap(), "--levels", "35-36", "--json", "--partitions", "16"]);
+    // the plain search: the most layers and states to spill
+    let o =
+        c.cli(&["submit", file.to_str().unwrap(), "--levels", "35-36", "--json", "--partitions", "16", "--no-bound"]);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
     let got: Vec<serde_json::Value> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let local = local_solve(&file, "35-36");
+    let local = local_solve(&file, "35-36", &["--no-bound"]);
+    assert_eq!(got.len(), 2);
     for (g, l) in got.iter().zip(&local) {
         let level = g["level"].as_u64().unwrap() as usize;
         assert_eq!(g["pushes"], l["pushes"], "level {level}");
@@ -298,7 +332,7 @@ fn cluster_handles_wide_keys() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("wide.xsb");
     std::fs::write(&file, rows.join("\n") + "\n").unwrap();
-    let local = local_solve(&file, "1-1");
+    let local = local_solve(&file, "1-1", &[]);
     assert_eq!(local[0]["key"], "U128", "the test level must need wide keys: {}", local[0]);
     let mut c = Cluster::start(&["--min-workers", "2"], &[]);
     c.start_worker(0);
@@ -335,7 +369,7 @@ fn a_killed_worker_comes_back_and_the_job_finishes_with_the_same_answer() {
     assert_eq!(j["result"]["status"], "solved");
     assert_eq!(j["result"]["pushes"], 13);
     check_solution(3, j["result"]["solution"].as_str().unwrap(), 13);
-    let local = local_solve(&repo(MICROBAN), "3-3");
+    let local = local_solve(&repo(MICROBAN), "3-3", &[]);
     assert_eq!(j["result"]["solution"], local[0]["solution"]);
     assert_eq!(j["result"]["states"], local[0]["states"]);
     let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
@@ -397,7 +431,7 @@ fn a_restarted_coordinator_resumes_its_job_from_the_log() {
     check_solution(3, g["solution"].as_str().unwrap(), 13);
     let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
     assert!(log.contains("job resumes from the log"), "{}", c.logs());
-    let local = local_solve(&repo(MICROBAN), "3-3");
+    let local = local_solve(&repo(MICROBAN), "3-3", &[]);
     assert_eq!(g["solution"], local[0]["solution"]);
     assert_eq!(g["states"], local[0]["states"]);
 }
@@ -603,7 +637,7 @@ fn k_pg_tables_built_on_the_cluster_match_local_ones_and_jobs_use_them() {
     let got: Vec<serde_json::Value> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let o = Command::new(BIN)
-        .args(["solve", file.to_str().unwrap(), "--levels", "10-12", "--kpg", "2", "--json", "--no-bound"])
+        .args(["solve", file.to_str().unwrap(), "--levels", "10-12", "--kpg", "2", "--json"])
         .output()
         .unwrap();
     let local: Vec<serde_json::Value> =

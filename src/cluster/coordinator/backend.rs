@@ -37,11 +37,14 @@ pub struct Phase {
     pub boxes: u32,
     /// The k-PG tables the search checks, as a .kdb database (empty: none).
     pub tables: Arc<Vec<u8>>,
+    /// The bounded search's limit `U` and whether its bound adds the pair
+    /// penalties; `None`: unbounded.
+    pub bound: Option<(u32, bool)>,
 }
 
 impl Phase {
-    pub fn main(tables: Arc<Vec<u8>>) -> Phase {
-        Phase { name: "main".into(), boxes: 0, tables }
+    pub fn main(tables: Arc<Vec<u8>>, bound: Option<(u32, bool)>) -> Phase {
+        Phase { name: "main".into(), boxes: 0, tables, bound }
     }
     pub(super) fn is_main(&self) -> bool {
         self.name == "main"
@@ -212,6 +215,8 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     boxes: self.phase.boxes,
                     kpg_tables: self.phase.tables.to_vec(),
                     phase: self.phase.name.clone(),
+                    bound_limit: self.phase.bound.map_or(0, |(u, _)| u.saturating_add(1)),
+                    pair_penalties: self.phase.bound.is_some_and(|(_, pairs)| pairs),
                 };
                 let mut c = c;
                 async move { c.load(req).await }
@@ -441,8 +446,14 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             memory_bytes: sealed.iter().map(|s| s.memory_bytes).sum(),
             disk_bytes: sealed.iter().map(|s| s.disk_bytes).sum(),
             peak_memory_bytes: merged.iter().map(|m| m.peak_memory_bytes).sum(),
-            // the cluster does not run the bounded search yet: nothing is dropped
-            excess: [0; crate::engine::EXCESS_BINS],
+            // what each worker's bound dropped, bin by bin
+            excess: {
+                let mut sum = [0; crate::engine::EXCESS_BINS];
+                for e in &exp {
+                    sum.iter_mut().zip(&e.excess).for_each(|(a, b)| *a += b);
+                }
+                sum
+            },
         };
         Ok((out, exp.iter().map(|e| e.keys_sent).sum(), exp.iter().map(|e| e.bytes_sent).sum()))
     }

@@ -60,10 +60,12 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     let spec = SolveSpec {
         pruning: Pruning { dead_squares: true, freeze: !rec.options.no_freeze, pi_corrals: !rec.options.no_pi_corrals },
         tables: TableSource::Build(rec.options.kpg as usize),
-        // the workers build their problem from the job alone and do not run
-        // the bounded search yet
-        bound: BoundSpec::Off,
-        pair_penalties: false,
+        bound: match (rec.options.no_bound, rec.options.upper_bound) {
+            (true, _) => BoundSpec::Off,
+            (false, 0) => BoundSpec::Iterate,
+            (false, u) => BoundSpec::Upper(u),
+        },
+        pair_penalties: !rec.options.no_pair_penalties,
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
         // the deadline counts the time already run before a coordinator restart
         deadline: (rec.options.timeout > 0.0)
@@ -157,11 +159,30 @@ impl Deployment for ClusterDeployment<'_> {
         let rec =
             self.sh.record(self.id).ok_or_else(|| engine_error(ClusterError::NotFound(format!("job {}", self.id))))?;
         let bytes = tables.map(|t| kdb::encode(t, &rec.level_text)).unwrap_or_default();
-        let phase = Phase::main(Arc::new(bytes));
+        let limit = problem.bound.as_ref().map(|b| b.limit);
+        if rec.bound != limit {
+            // a new iteration of the bounded search: its layers start afresh
+            // (the workers keep none of the last one's: they are told 0 layers)
+            self.sh
+                .update(self.id, true, |r| {
+                    r.bound = limit;
+                    r.layers = [Vec::new(), Vec::new()];
+                    r.meeting = None;
+                })
+                .map_err(engine_error)?;
+        }
+        let pairs = !rec.options.no_pair_penalties;
+        let phase = Phase::main(Arc::new(bytes), limit.map(|u| (u, pairs)));
         let mut backend =
             ClusterBackend::<K>::new(self.sh.clone(), self.id, self.rt.clone(), self.stop, phase, &problem.space)
                 .map_err(engine_error)?;
         search(&mut backend)
+    }
+
+    fn resumed_bound(&self) -> Option<Option<u32>> {
+        // the iteration whose layers the log holds, if any
+        let rec = self.sh.record(self.id)?;
+        (!rec.layers[0].is_empty() || !rec.layers[1].is_empty()).then_some(rec.bound)
     }
 
     fn finish_report(&mut self, report: &mut SolveReport) {

@@ -439,6 +439,7 @@ impl Coordinator for CoordinatorService {
             result: None,
             seconds: 0.0,
             kpg_seconds: 0.0,
+            bound: None,
         };
         let entry = JobEntry {
             stop: Arc::new(AtomicBool::new(false)),

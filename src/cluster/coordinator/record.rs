@@ -2,7 +2,7 @@
 //! restarts. Protocol messages never enter the log; they are converted at the
 //! service's edge.
 
-use super::super::proto::{JobKind, JobOptions, JobState, SolveResult};
+use super::super::proto::{BoundIteration, JobKind, JobOptions, JobState, SolveResult};
 use super::super::ClusterError;
 use crate::engine::report::SolveReport;
 use crate::engine::Side;
@@ -76,6 +76,15 @@ pub struct Settings {
     /// k of the k-PG tables to use (solve) or build (deadlocks); 0: none.
     pub kpg: u32,
     pub no_pi_corrals: bool,
+    /// The plain search (logs written before the cluster ran the bounded
+    /// search read as bounded: a resumed job restarts its search bounded).
+    #[serde(default)]
+    pub no_bound: bool,
+    /// One bounded iteration at this many pushes; 0: iterate.
+    #[serde(default)]
+    pub upper_bound: u32,
+    #[serde(default)]
+    pub no_pair_penalties: bool,
 }
 
 impl From<&Settings> for JobOptions {
@@ -87,6 +96,9 @@ impl From<&Settings> for JobOptions {
             timeout: s.timeout,
             kpg: s.kpg,
             no_pi_corrals: s.no_pi_corrals,
+            no_bound: s.no_bound,
+            upper_bound: s.upper_bound,
+            no_pair_penalties: s.no_pair_penalties,
         }
     }
 }
@@ -100,6 +112,9 @@ impl From<JobOptions> for Settings {
             timeout: o.timeout,
             kpg: o.kpg,
             no_pi_corrals: o.no_pi_corrals,
+            no_bound: o.no_bound,
+            upper_bound: o.upper_bound,
+            no_pair_penalties: o.no_pair_penalties,
         }
     }
 }
@@ -138,6 +153,10 @@ pub struct JobRecord {
     /// Time spent building k-PG tables.
     #[serde(default)]
     pub kpg_seconds: f64,
+    /// The bound `U` of the iteration whose layers `layers` counts (`None`:
+    /// the plain search).
+    #[serde(default)]
+    pub bound: Option<u32>,
 }
 
 /// Converts a report to its protocol form.
@@ -164,5 +183,16 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
         kpg_seconds: r.kpg_seconds,
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,
+        iterations: r
+            .iterations
+            .iter()
+            .map(|i| BoundIteration {
+                bound: i.bound,
+                states: i.states,
+                generated: i.generated,
+                pruned: i.pruned,
+                seconds: i.seconds,
+            })
+            .collect(),
     }
 }

@@ -11,8 +11,9 @@ use super::super::ClusterError;
 use crate::engine::kpg::DeadlockTables;
 use crate::engine::layer::{expand, merge};
 use crate::engine::partition::{Exchange, LocalExchange, PartitionStore, Partitioner, StoreBytes};
-use crate::engine::{PatternCheck, Problem, SeamError, Side};
+use crate::engine::{Bound, PatternCheck, Problem, SeamError, Side};
 use crate::model::board::Board;
+use crate::model::bounds::LowerBounds;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
@@ -54,6 +55,9 @@ pub struct JobSpec {
     pub boxes: usize,
     /// k-PG tables the search checks (a .kdb database), if any.
     pub kpg: Vec<u8>,
+    /// The bounded search's limit `U` and whether its bound adds the pair
+    /// penalties (the level's search only); `None`: unbounded.
+    pub bound: Option<(u32, bool)>,
     /// The worker's memory budget (`--mem`) and its expand/merge threads.
     pub mem: u64,
     pub threads: usize,
@@ -133,12 +137,24 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
             .ok_or_else(|| ClusterError::InvalidArgument(format!("no {}-box game on this level", spec.boxes)))?;
         return Ok(Arc::new(TypedJob::<u64>::open(spec, problem)?));
     }
-    Ok(match board.keyspace.width {
-        KeyWidth::U64 => Arc::new(TypedJob::<u64>::open(spec, Problem::full(board, pruning, patterns))?),
-        KeyWidth::U128 => Arc::new(TypedJob::<u128>::open(spec, Problem::full(board, pruning, patterns))?),
-        KeyWidth::Bits256 => Arc::new(TypedJob::<BitKey<4>>::open(spec, Problem::full(board, pruning, patterns))?),
-        KeyWidth::Bits1024 => Arc::new(TypedJob::<BitKey<16>>::open(spec, Problem::full(board, pruning, patterns))?),
-    })
+    // the bounded search's filter, built here from the level as the
+    // coordinator's driver built it
+    let bound = spec.bound.map(|(limit, pairs)| Bound { lower: Arc::new(LowerBounds::new(&board, pairs)), limit });
+    fn full<K: StateKey>(
+        spec: JobSpec,
+        board: Arc<Board>,
+        pruning: Pruning,
+        patterns: Option<Arc<dyn PatternCheck>>,
+        bound: Option<Bound>,
+    ) -> Result<Arc<dyn WorkerJob>, ClusterError> {
+        Ok(Arc::new(TypedJob::<K>::open(spec, Problem::full(board, pruning, patterns).with_bound(bound))?))
+    }
+    match board.keyspace.width {
+        KeyWidth::U64 => full::<u64>(spec, board, pruning, patterns, bound),
+        KeyWidth::U128 => full::<u128>(spec, board, pruning, patterns, bound),
+        KeyWidth::Bits256 => full::<BitKey<4>>(spec, board, pruning, patterns, bound),
+        KeyWidth::Bits1024 => full::<BitKey<16>>(spec, board, pruning, patterns, bound),
+    }
 }
 
 struct StepState {
@@ -350,6 +366,7 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
             bytes_sent: counters.bytes_sent.into_inner(),
             keys_local: counters.keys_local.into_inner(),
             cancelled: stats.is_none(),
+            excess: stats.map_or_else(Vec::new, |s| s.excess.to_vec()),
         })
     }
 

@@ -243,6 +243,7 @@ impl Worker for WorkerService {
             phase: phase.clone(),
             boxes: r.boxes as usize,
             kpg: r.kpg_tables,
+            bound: (r.bound_limit > 0).then(|| (r.bound_limit - 1, r.pair_penalties)),
             mem: self.st.mem,
             threads: rayon::current_num_threads(),
         };
