@@ -116,25 +116,54 @@ impl EngineError {
 /// never exceed the true distance; `u32::MAX` says the state is dead.
 pub trait LowerBound: Send + Sync {
     /// The bound when it is at most `cap`; above `cap`, any lower bound that
-    /// is above it (so that an implementation may stop early).
-    fn estimate(&self, side: Side, boxes: &[u16], cap: u32) -> u32;
+    /// is above it (so that an implementation may stop early). `player` is
+    /// any square of the player's region.
+    fn estimate(&self, side: Side, boxes: &[u16], player: u16, cap: u32) -> u32;
 
     /// The same question of a successor of `parent` whose box moved from
     /// `from` to `to`: a value at most `cap` exactly when the bound is, and
     /// above `cap` a lower bound; an implementation may reuse the parent's work.
-    fn estimate_child(&self, side: Side, parent: &[u16], from: u16, to: u16, child: &[u16], cap: u32) -> u32 {
+    #[allow(clippy::too_many_arguments)]
+    fn estimate_child(
+        &self,
+        side: Side,
+        parent: &[u16],
+        from: u16,
+        to: u16,
+        child: &[u16],
+        player: u16,
+        cap: u32,
+    ) -> u32 {
         let _ = (parent, from, to);
-        self.estimate(side, child, cap)
+        self.estimate(side, child, player, cap)
     }
 }
 
 impl LowerBound for crate::model::bounds::LowerBounds {
-    fn estimate(&self, side: Side, boxes: &[u16], cap: u32) -> u32 {
-        self.estimate_capped(boxes, side == Side::Forward, cap)
+    fn estimate(&self, side: Side, boxes: &[u16], player: u16, cap: u32) -> u32 {
+        self.estimate_capped(boxes, player, side == Side::Forward, cap)
     }
 
-    fn estimate_child(&self, side: Side, parent: &[u16], from: u16, to: u16, child: &[u16], cap: u32) -> u32 {
-        crate::model::bounds::LowerBounds::estimate_child(self, parent, from, to, child, side == Side::Forward, cap)
+    fn estimate_child(
+        &self,
+        side: Side,
+        parent: &[u16],
+        from: u16,
+        to: u16,
+        child: &[u16],
+        player: u16,
+        cap: u32,
+    ) -> u32 {
+        crate::model::bounds::LowerBounds::estimate_child(
+            self,
+            parent,
+            from,
+            to,
+            child,
+            player,
+            side == Side::Forward,
+            cap,
+        )
     }
 }
 
@@ -230,7 +259,7 @@ impl<K: StateKey> Problem<K> {
             let Some(b) = bound else { return true };
             // the box that moved left the one parent square the child lacks
             let Some(&from) = boxes.iter().find(|b| next.binary_search(b).is_err()) else { return true };
-            let h = b.lower.estimate_child(side, &boxes, from, moved, next, b.limit.saturating_sub(depth));
+            let h = b.lower.estimate_child(side, &boxes, from, moved, next, p, b.limit.saturating_sub(depth));
             if h == u32::MAX {
                 return false; // dead: no goal (start) for every box
             }

@@ -144,27 +144,48 @@ impl LowerBounds {
         self.distances.parity()
     }
 
-    /// A lower bound on the pushes from the state with `boxes` to the goal
-    /// (`forward`), or from the start to it; [`UNREACHABLE`] for a dead state.
-    pub fn estimate(&self, boxes: &[u16], forward: bool) -> u32 {
-        self.estimate_capped(boxes, forward, u32::MAX - 1)
+    /// A lower bound on the pushes from the state with `boxes` and the player
+    /// on `player` (any square of its region) to the goal (`forward`), or
+    /// from the start to it; [`UNREACHABLE`] for a dead state.
+    pub fn estimate(&self, boxes: &[u16], player: u16, forward: bool) -> u32 {
+        self.estimate_capped(boxes, player, forward, u32::MAX - 1)
     }
 
     /// [`LowerBounds::estimate`] when it is at most `cap`; otherwise some
     /// lower bound above `cap`.
-    pub fn estimate_capped(&self, boxes: &[u16], forward: bool, cap: u32) -> u32 {
-        self.with_pairs(boxes, forward, cap, |cap| self.distances.estimate_capped(boxes, forward, cap))
+    pub fn estimate_capped(&self, boxes: &[u16], player: u16, forward: bool, cap: u32) -> u32 {
+        self.with_pairs(boxes, player, forward, cap, |cap| self.distances.estimate_capped(boxes, forward, cap))
     }
 
-    /// [`PushDistances::estimate_child`] with the child's pair penalties added.
-    pub fn estimate_child(&self, parent: &[u16], from: u16, to: u16, child: &[u16], forward: bool, cap: u32) -> u32 {
-        self.with_pairs(child, forward, cap, |cap| self.distances.estimate_child(parent, from, to, child, forward, cap))
+    /// [`PushDistances::estimate_child`] with the child's pair penalties added
+    /// (`player`: a square of the child's player region).
+    #[allow(clippy::too_many_arguments)]
+    pub fn estimate_child(
+        &self,
+        parent: &[u16],
+        from: u16,
+        to: u16,
+        child: &[u16],
+        player: u16,
+        forward: bool,
+        cap: u32,
+    ) -> u32 {
+        self.with_pairs(child, player, forward, cap, |cap| {
+            self.distances.estimate_child(parent, from, to, child, forward, cap)
+        })
     }
 
     /// The pair penalties of `boxes` plus `matching(cap less them)`: at most
     /// `cap` exactly when the matching fits what the penalties leave of it.
-    fn with_pairs(&self, boxes: &[u16], forward: bool, cap: u32, matching: impl FnOnce(u32) -> u32) -> u32 {
-        let extra = self.pairs.as_ref().map_or(0, |p| p.sum(boxes, forward));
+    fn with_pairs(
+        &self,
+        boxes: &[u16],
+        player: u16,
+        forward: bool,
+        cap: u32,
+        matching: impl FnOnce(u32) -> u32,
+    ) -> u32 {
+        let extra = self.pairs.as_ref().map_or(0, |p| p.sum(boxes, player, forward));
         if extra == UNREACHABLE {
             return UNREACHABLE;
         }

@@ -24,6 +24,7 @@
 
 use super::board::{opposite, Board, DIRS, NONE};
 use super::bounds::PushDistances;
+use rustc_hash::FxHashMap;
 
 /// A pair that can reach no two targets: every state holding it is dead.
 pub const DEAD: u8 = u8::MAX;
@@ -41,15 +42,22 @@ pub const MAX_WORK: usize = 60_000_000;
 pub struct PairPenalties {
     floor: usize,
     /// `forward[x * floor + y]` (symmetric): pushes beyond the lone-box
-    /// distances to the goals; [`DEAD`] when no two goals can be reached.
+    /// distances to the goals, the least over the player's regions; [`DEAD`]
+    /// when no two goals can be reached.
     forward: Vec<u8>,
     /// The same from the start squares.
     backward: Vec<u8>,
+    /// Per side, per unordered pair of squares where the player's region
+    /// matters: the penalty for each region of the floor with the two
+    /// squares blocked (region numbers of [`Regions`]).
+    regional: [FxHashMap<u32, [u8; MAX_REGIONS]>; 2],
+    regions: Regions,
     /// Whether any penalty is positive (else the tables add nothing).
     useful: bool,
 }
 
 /// Region labels of the floor with two squares blocked, for every pair.
+#[derive(Debug, Clone)]
 struct Regions {
     floor: usize,
     /// `labels[pair(x, y) * floor + s]`: the region of `s` (x, y themselves: NO_REGION).
@@ -122,10 +130,11 @@ impl PairPenalties {
             return None;
         }
         let regions = Regions::new(board);
-        let forward = side_table(board, &regions, dist, true);
-        let backward = side_table(board, &regions, dist, false);
-        let useful = forward.iter().chain(&backward).any(|&p| p > 0);
-        Some(PairPenalties { floor, forward, backward, useful })
+        let (forward, regional_f) = side_table(board, &regions, dist, true);
+        let (backward, regional_b) = side_table(board, &regions, dist, false);
+        let useful = forward.iter().chain(&backward).any(|&p| p > 0)
+            || regional_f.values().chain(regional_b.values()).any(|r| r.iter().any(|&p| p > 0));
+        Some(PairPenalties { floor, forward, backward, regional: [regional_f, regional_b], regions, useful })
     }
 
     /// Whether any pair has a penalty (or is dead); if not, the sum is always 0.
@@ -133,22 +142,32 @@ impl PairPenalties {
         self.useful
     }
 
-    /// The penalty of boxes on `x` and `y` (`forward`: to the goals; else from
-    /// the start); [`DEAD`] for a dead pair.
+    /// The penalty of boxes on `x` and `y` with the player on `player`
+    /// (`forward`: to the goals; else from the start); [`DEAD`] for a pair
+    /// that is dead there.
     #[inline]
-    pub fn penalty(&self, x: u16, y: u16, forward: bool) -> u8 {
+    pub fn penalty(&self, x: u16, y: u16, player: u16, forward: bool) -> u8 {
         let t = if forward { &self.forward } else { &self.backward };
-        t[x as usize * self.floor + y as usize]
+        let least = t[x as usize * self.floor + y as usize];
+        if least == DEAD {
+            return DEAD;
+        }
+        match self.regional[!forward as usize].get(&(pair(x as usize, y as usize) as u32)) {
+            Some(by_region) => by_region[self.regions.label(x, y, player) as usize],
+            None => least,
+        }
     }
 
-    /// The penalties of disjoint pairs of `boxes`, taken greedily from the
-    /// largest: [`super::bounds::UNREACHABLE`] if some pair is dead. Any set of
-    /// disjoint pairs gives a lower bound; the greedy one is a large one.
-    pub fn sum(&self, boxes: &[u16], forward: bool) -> u32 {
+    /// The penalties of disjoint pairs of `boxes` (player on `player`), taken
+    /// greedily from the largest: [`super::bounds::UNREACHABLE`] if some pair
+    /// is dead. Any set of disjoint pairs gives a lower bound; the greedy one
+    /// is a large one.
+    pub fn sum(&self, boxes: &[u16], player: u16, forward: bool) -> u32 {
         if !self.useful {
             return 0;
         }
         let t = if forward { &self.forward } else { &self.backward };
+        let regional = &self.regional[!forward as usize];
         PICK.with(|pick| {
             let mut pick = pick.borrow_mut();
             let Pick { found, taken } = &mut *pick;
@@ -156,7 +175,12 @@ impl PairPenalties {
             for (i, &x) in boxes.iter().enumerate() {
                 let row = &t[x as usize * self.floor..(x as usize + 1) * self.floor];
                 for (j, &y) in boxes.iter().enumerate().skip(i + 1) {
-                    let p = row[y as usize];
+                    let mut p = row[y as usize];
+                    if p != DEAD && !regional.is_empty() {
+                        if let Some(by_region) = regional.get(&(pair(x as usize, y as usize) as u32)) {
+                            p = by_region[self.regions.label(x, y, player) as usize];
+                        }
+                    }
                     if p == DEAD {
                         return super::bounds::UNREACHABLE;
                     }
@@ -196,12 +220,19 @@ thread_local! {
 
 /// One direction's table: the least penalty of every square pair over every
 /// ordered target pair, by one 2-box game per unordered target pair (boxes
-/// labelled, so both orders are covered).
-fn side_table(board: &Board, regions: &Regions, dist: &PushDistances, forward: bool) -> Vec<u8> {
+/// labelled, so both orders are covered); per player region where the regions
+/// differ, and the least over regions.
+fn side_table(
+    board: &Board,
+    regions: &Regions,
+    dist: &PushDistances,
+    forward: bool,
+) -> (Vec<u8>, FxHashMap<u32, [u8; MAX_REGIONS]>) {
     let floor = board.floor_count();
     let targets: &[u16] = if forward { &board.goals } else { &board.start_boxes };
     let lone = |t: usize, x: u16| if forward { dist.to_goal(t, x) } else { dist.from_start(t, x) };
-    let mut best = vec![DEAD; floor * floor];
+    // per unordered pair (x < y) and region
+    let mut by_region = vec![[DEAD; MAX_REGIONS]; floor * floor.saturating_sub(1) / 2];
     let mut depth = vec![u16::MAX; floor * floor * MAX_REGIONS];
     let mut queue: Vec<(u16, u16, u8)> = Vec::new();
     for t1 in 0..targets.len() {
@@ -229,23 +260,35 @@ fn side_table(board: &Board, regions: &Regions, dist: &PushDistances, forward: b
                     if a == b {
                         continue;
                     }
-                    let at = (a * floor + b) * MAX_REGIONS;
-                    let d = *depth[at..at + MAX_REGIONS].iter().min().unwrap_or(&u16::MAX);
-                    if d == u16::MAX {
-                        continue;
-                    }
                     // box 1 went to (came from) g1, box 2 to g2
-                    let (l1, l2) = (lone(t1, a as u16), lone(t2, b as u16));
-                    let extra = (d as u32).saturating_sub(l1.saturating_add(l2)).min(DEAD as u32 - 1) as u8;
-                    let (lo, hi) = (a.min(b), a.max(b));
-                    for cell in [lo * floor + hi, hi * floor + lo] {
-                        best[cell] = best[cell].min(extra);
+                    let lone_sum = lone(t1, a as u16).saturating_add(lone(t2, b as u16));
+                    let at = (a * floor + b) * MAX_REGIONS;
+                    let cell = &mut by_region[pair(a, b)];
+                    for (r, &d) in depth[at..at + MAX_REGIONS].iter().enumerate() {
+                        if d != u16::MAX {
+                            let extra = (d as u32).saturating_sub(lone_sum).min(DEAD as u32 - 1) as u8;
+                            cell[r] = cell[r].min(extra);
+                        }
                     }
                 }
             }
         }
     }
-    best
+    let mut least = vec![DEAD; floor * floor];
+    let mut regional = FxHashMap::default();
+    for y in 1..floor {
+        for x in 0..y {
+            let p = pair(x, y);
+            let cell = &by_region[p][..regions.count[p] as usize];
+            let low = cell.iter().copied().min().unwrap_or(DEAD);
+            least[x * floor + y] = low;
+            least[y * floor + x] = low;
+            if cell.iter().any(|&v| v != low) {
+                regional.insert(p as u32, by_region[p]);
+            }
+        }
+    }
+    (least, regional)
 }
 
 /// Breadth-first search of the labelled 2-box game from the queued states:

@@ -145,15 +145,15 @@ fn the_pair_penalties_never_exceed_a_true_distance() {
             levels += 1;
             for (side, dist, forward) in [("backward", &from_start, false), ("forward", &to_goal, true)] {
                 for (state, &d) in dist {
-                    let h = with.estimate(&state.0, forward);
+                    let h = with.estimate(&state.0, state.1, forward);
                     prop_assert!(h <= d, "{}: {} bound {} > {} for {:?}", text, side, h, d, state);
-                    let m = without.estimate(&state.0, forward);
+                    let m = without.estimate(&state.0, state.1, forward);
                     prop_assert!(h >= m, "{}: the pairs lowered the matching", text);
                     states += 1;
                     raised += (h > m) as u64;
                     // capped and through the successor shortcut, the same answers
                     for cap in [h.saturating_sub(1), h, h + 1] {
-                        let c = with.estimate_capped(&state.0, forward, cap);
+                        let c = with.estimate_capped(&state.0, state.1, forward, cap);
                         prop_assert_eq!(c <= cap, h <= cap, "{}: cap {}", text, cap);
                         prop_assert!(c <= h || c == UNREACHABLE, "{}: capped {} above {}", text, c, h);
                     }
@@ -166,9 +166,9 @@ fn the_pair_penalties_never_exceed_a_true_distance() {
     let (levels, states, raised) = counts.get();
     assert!(levels >= 250 && states >= 10_000, "only {levels} levels and {states} states checked");
     eprintln!("pair penalties: {levels} levels, {states} states, {raised} raised");
-    // with this seed: 5,946 of 600,640 (the pairs matter where boxes block
+    // with this seed: 14,123 of 600,640 (the pairs matter where boxes block
     // each other, which few random placements do)
-    assert!(raised >= 2_000, "the pairs raised only {raised} of {states} bounds");
+    assert!(raised >= 10_000, "the pairs raised only {raised} of {states} bounds");
 }
 
 fn solve_bounded(board: &Board, bound: BoundSpec) -> (Status, Option<usize>, usize) {
