@@ -19,8 +19,13 @@
 //! Backward, the same holds for the pushes from the start, with start squares
 //! as targets and the 2-box game played forward from them (player in the
 //! start player's region). A pair with no target pair at all is dead.
-//! The player is left free in the table (the least over its regions), which
-//! only lowers a penalty.
+//!
+//! The player counts too: in the projection the player stands in the region of
+//! the floor (with only `a` and `b` placed) that holds its square, so the
+//! penalty is kept per region of that floor, and a pair that is dead for the
+//! player's region makes the state dead. Regions are numbered per pair of
+//! squares ([`Regions`]); where every region has the same penalty only the one
+//! number is kept.
 
 use super::board::{opposite, Board, DIRS, NONE};
 use super::bounds::PushDistances;
