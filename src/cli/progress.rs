@@ -35,11 +35,12 @@ impl LayerProgress {
 impl Progress for LayerProgress {
     fn layer_done(&self, e: &LayerEvent) {
         let rate = if e.seconds > 0.0 { e.stored as f64 / e.seconds } else { 0.0 };
-        tracing::debug!(level = %self.label, side = e.side.name(), layer = e.layer, new = e.new_states,
+        tracing::debug!(level = %self.label, bound = e.bound, side = e.side.name(), layer = e.layer, new = e.new_states,
             stored = e.stored, seconds = e.seconds, "layer done");
         if let Some(b) = &self.bar {
+            let bound = e.bound.map(|u| format!("bound {u} | ")).unwrap_or_default();
             b.set_message(format!(
-                "{} layer {} | frontier fwd {} bwd {} | stored {} | {:.0} states/s | mem {} (store {})",
+                "{bound}{} layer {} | frontier fwd {} bwd {} | stored {} | {:.0} states/s | mem {} (store {})",
                 e.side.name(),
                 e.layer,
                 e.frontiers[0],

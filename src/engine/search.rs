@@ -69,6 +69,8 @@ pub struct LayerEvent {
     pub memory_bytes: u64,
     pub disk_bytes: u64,
     pub seconds: f64,
+    /// The bounded search's `U` for this iteration, if bounded.
+    pub bound: Option<u32>,
 }
 
 /// Receives progress; must be cheap.
@@ -275,6 +277,7 @@ fn record<K: StateKey>(
     stats: &mut SearchStats,
     progress: &dyn Progress,
     started: Instant,
+    bound: Option<u32>,
 ) -> Result<(), EngineError> {
     stats.generated += out.generated;
     stats.expanded += out.expanded;
@@ -294,6 +297,7 @@ fn record<K: StateKey>(
         memory_bytes: out.memory_bytes,
         disk_bytes: out.disk_bytes,
         seconds: started.elapsed().as_secs_f64(),
+        bound,
     });
     Ok(())
 }
@@ -350,7 +354,7 @@ pub fn bidirectional<K: StateKey>(
         let Some(out) = backend.step(side, true)? else {
             return Ok((SearchEnd::Cancelled, stats));
         };
-        record(&*backend, side, &out, &mut stats, progress, started)?;
+        record(&*backend, side, &out, &mut stats, progress, started, limits.bound)?;
         if let Some((key, other_layer)) = out.meeting {
             if other_layer != other_last {
                 return Err(EngineError::Internal(format!(
@@ -388,6 +392,6 @@ pub fn exhaust<K: StateKey>(
         let Some(out) = backend.step(side, false)? else {
             return Ok((SearchEnd::Cancelled, stats));
         };
-        record(&*backend, side, &out, &mut stats, progress, started)?;
+        record(&*backend, side, &out, &mut stats, progress, started, limits.bound)?;
     }
 }

@@ -226,6 +226,7 @@ impl Progress for JobProgress {
     fn layer_done(&self, e: &LayerEvent) {
         tracing::info!(
             job = self.id,
+            bound = e.bound,
             side = e.side.name(),
             layer = e.layer,
             new = e.new_states,
