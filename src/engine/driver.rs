@@ -9,7 +9,7 @@ use super::kpg::{DeadlockTables, KStats, KpgProgress};
 use super::path::rebuild;
 use super::report::{BoundIteration, SolveReport, Status};
 use super::search::{bidirectional, LayerBackend, Limits, Progress, SearchEnd, SearchStats};
-use super::{Bound, EngineError, LowerBound, PatternCheck, Problem, EXCESS_BINS};
+use super::{Bound, EngineError, LowerBound, PatternCheck, Problem};
 use crate::model::board::Board;
 use crate::model::bounds::{LowerBounds, UNREACHABLE};
 use crate::model::key::{BitKey, KeyWidth, StateKey};
@@ -223,6 +223,8 @@ fn search<K: StateKey, D: Deployment>(
         }
     };
     let mut totals = SearchStats::default();
+    // states the previous iteration stored (the first one counts as growing)
+    let mut last_stored = 0u64;
     loop {
         let t0 = Instant::now();
         let bound = limit.zip(lower.clone()).map(|(limit, l)| Bound { lower: l as Arc<dyn LowerBound>, limit });
@@ -257,9 +259,10 @@ fn search<K: StateKey, D: Deployment>(
                         // a bound that drops little costs its matchings and saves
                         // few states: the rest is the plain search
                         Some(_) if weak(&stats) => None,
-                        Some(l) => Some(next_bound(l, &stats)),
+                        Some(l) => Some(next_bound(l, &stats, last_stored)),
                         None => None,
                     };
+                    last_stored = stats.stored;
                     found
                 }
             };
@@ -308,17 +311,28 @@ fn add(totals: &mut SearchStats, s: &SearchStats) {
     totals.excess.iter_mut().zip(s.excess).for_each(|(a, b)| *a += b);
 }
 
-/// The next iteration's bound after one that ended below the optimum: the
-/// smallest bound above it (in steps of two, the solutions' parity) that
-/// readmits some dropped successor, as iterative deepening does. A larger
-/// step would skip iterations but overshoot the optimum, and with a strong
-/// bound the states within a bound grow many times over per step: on
-/// XSokoban #7 (88 pushes) the bound 86 keeps 30 thousand states and 92 more
-/// than 21 million, so an overshoot costs far more than the iterations it
-/// saves. A bound that drops little hands over to the plain search instead.
-fn next_bound(limit: u32, stats: &SearchStats) -> u32 {
-    let mut step = 2usize;
-    while step < EXCESS_BINS && stats.excess[step - 2] + stats.excess[step - 1] == 0 {
+/// The next iteration's bound after one that ended below the optimum (in
+/// steps of two, the solutions' parity). While iterations at least double
+/// (`stats.stored` against the one before, `last`), the next one is the
+/// smallest bound that readmits some dropped successor, as iterative
+/// deepening does: a larger step would overshoot the optimum, and with a
+/// strong bound the states within a bound grow many times over per step (on
+/// XSokoban #7, 88 pushes, the bound 86 keeps 30 thousand states and 92 more
+/// than 21 million). When an iteration grew less than that, the bound is
+/// raised until it readmits at least as many dropped successors as the
+/// iteration stored, so that the iterations' costs still grow geometrically
+/// and their sum stays a small multiple of the last one's. A bound that drops
+/// little hands over to the plain search instead (see [`weak`]).
+fn next_bound(limit: u32, stats: &SearchStats, last: u64) -> u32 {
+    let growing = stats.stored >= last.saturating_mul(2);
+    // bin i counts successors i + 1 over the bound; no step goes past the last
+    let furthest = stats.excess.iter().rposition(|&n| n > 0).map_or(0, |i| i + 1);
+    let (mut readmitted, mut step) = (0u64, 2usize);
+    loop {
+        readmitted += stats.excess[step - 2] + stats.excess[step - 1];
+        if (readmitted > 0 && (growing || readmitted >= stats.stored)) || step >= furthest {
+            break;
+        }
         step += 2;
     }
     limit.saturating_add(step as u32)

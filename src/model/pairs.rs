@@ -147,22 +147,6 @@ impl PairPenalties {
         self.useful
     }
 
-    /// The penalty of boxes on `x` and `y` with the player on `player`
-    /// (`forward`: to the goals; else from the start); [`DEAD`] for a pair
-    /// that is dead there.
-    #[inline]
-    pub fn penalty(&self, x: u16, y: u16, player: u16, forward: bool) -> u8 {
-        let t = if forward { &self.forward } else { &self.backward };
-        let least = t[x as usize * self.floor + y as usize];
-        if least == DEAD {
-            return DEAD;
-        }
-        match self.regional[!forward as usize].get(&(pair(x as usize, y as usize) as u32)) {
-            Some(by_region) => by_region[self.regions.label(x, y, player) as usize],
-            None => least,
-        }
-    }
-
     /// The penalties of disjoint pairs of `boxes` (player on `player`), taken
     /// greedily from the largest: [`super::bounds::UNREACHABLE`] if some pair
     /// is dead. Any set of disjoint pairs gives a lower bound; the greedy one
