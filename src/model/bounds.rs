@@ -298,15 +298,21 @@ impl ParentMatch {
                 }
                 2 * self.gone.len() <= parent.len()
             };
+        let mut replaced = warm;
         if warm {
             for k in 0..self.gone.len() {
                 let (gone, came) = (self.gone[k], self.came[k]);
-                let Some(row) = self.rows.iter().position(|&s| s == gone) else { break };
+                // rows hold the last parent's boxes, so every box that left has one
+                let Some(row) = self.rows.iter().position(|&s| s == gone) else {
+                    replaced = false;
+                    break;
+                };
                 self.value = self.solved.replace_row(row, table, dist.floor, came);
                 self.rows[row] = came;
             }
             self.chain += 1;
-        } else {
+        }
+        if !replaced {
             self.value = MATCHING.with(|m| {
                 let mut m = m.borrow_mut();
                 m.load(table, dist.floor, parent);

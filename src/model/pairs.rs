@@ -29,7 +29,6 @@
 
 use super::board::{opposite, Board, DIRS, NONE};
 use super::bounds::PushDistances;
-use rustc_hash::FxHashMap;
 
 /// A pair that can reach no two targets: every state holding it is dead.
 pub const DEAD: u8 = u8::MAX;
@@ -52,10 +51,12 @@ pub struct PairPenalties {
     forward: Vec<u8>,
     /// The same from the start squares.
     backward: Vec<u8>,
-    /// Per side, per unordered pair of squares where the player's region
-    /// matters: the penalty for each region of the floor with the two
-    /// squares blocked (region numbers of [`Regions`]).
-    regional: [FxHashMap<u32, [u8; MAX_REGIONS]>; 2],
+    /// Per side, where the player's region matters: the penalty for each
+    /// region of the floor with the two squares blocked (region numbers of
+    /// [`Regions`]), reached through `regional_at`.
+    regional: [Vec<[u8; MAX_REGIONS]>; 2],
+    /// Per side and unordered pair of squares: 0, or 1 + its entry in `regional`.
+    regional_at: [Vec<u32>; 2],
     regions: Regions,
     /// Whether any penalty is positive (else the tables add nothing).
     useful: bool,
@@ -135,11 +136,19 @@ impl PairPenalties {
             return None;
         }
         let regions = Regions::new(board);
-        let (forward, regional_f) = side_table(board, &regions, dist, true);
-        let (backward, regional_b) = side_table(board, &regions, dist, false);
+        let (forward, at_f, regional_f) = side_table(board, &regions, dist, true);
+        let (backward, at_b, regional_b) = side_table(board, &regions, dist, false);
         let useful = forward.iter().chain(&backward).any(|&p| p > 0)
-            || regional_f.values().chain(regional_b.values()).any(|r| r.iter().any(|&p| p > 0));
-        Some(PairPenalties { floor, forward, backward, regional: [regional_f, regional_b], regions, useful })
+            || regional_f.iter().chain(&regional_b).any(|r| r.iter().any(|&p| p > 0));
+        Some(PairPenalties {
+            floor,
+            forward,
+            backward,
+            regional: [regional_f, regional_b],
+            regional_at: [at_f, at_b],
+            regions,
+            useful,
+        })
     }
 
     /// Whether any pair has a penalty (or is dead); if not, the sum is always 0.
@@ -156,7 +165,7 @@ impl PairPenalties {
             return 0;
         }
         let t = if forward { &self.forward } else { &self.backward };
-        let regional = &self.regional[!forward as usize];
+        let (regional, at) = (&self.regional[!forward as usize], &self.regional_at[!forward as usize]);
         PICK.with(|pick| {
             let mut pick = pick.borrow_mut();
             let Pick { found, taken } = &mut *pick;
@@ -166,8 +175,9 @@ impl PairPenalties {
                 for (j, &y) in boxes.iter().enumerate().skip(i + 1) {
                     let mut p = row[y as usize];
                     if p != DEAD && !regional.is_empty() {
-                        if let Some(by_region) = regional.get(&(pair(x as usize, y as usize) as u32)) {
-                            p = by_region[self.regions.label(x, y, player) as usize];
+                        let i = at[pair(x as usize, y as usize)];
+                        if i > 0 {
+                            p = regional[i as usize - 1][self.regions.label(x, y, player) as usize];
                         }
                     }
                     if p == DEAD {
@@ -216,7 +226,7 @@ fn side_table(
     regions: &Regions,
     dist: &PushDistances,
     forward: bool,
-) -> (Vec<u8>, FxHashMap<u32, [u8; MAX_REGIONS]>) {
+) -> (Vec<u8>, Vec<u32>, Vec<[u8; MAX_REGIONS]>) {
     let floor = board.floor_count();
     let targets: &[u16] = if forward { &board.goals } else { &board.start_boxes };
     let lone = |t: usize, x: u16| if forward { dist.to_goal(t, x) } else { dist.from_start(t, x) };
@@ -264,7 +274,8 @@ fn side_table(
         }
     }
     let mut least = vec![DEAD; floor * floor];
-    let mut regional = FxHashMap::default();
+    let mut at = vec![0u32; by_region.len()];
+    let mut regional = Vec::new();
     for y in 1..floor {
         for x in 0..y {
             let p = pair(x, y);
@@ -273,11 +284,12 @@ fn side_table(
             least[x * floor + y] = low;
             least[y * floor + x] = low;
             if cell.iter().any(|&v| v != low) {
-                regional.insert(p as u32, by_region[p]);
+                regional.push(by_region[p]);
+                at[p] = regional.len() as u32;
             }
         }
     }
-    (least, regional)
+    (least, at, regional)
 }
 
 /// Breadth-first search of the labelled 2-box game from the queued states:
