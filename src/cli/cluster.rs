@@ -237,8 +237,9 @@ fn spinner(label: String) -> Option<ProgressBar> {
 }
 
 fn progress_line(v: &JobView) -> String {
+    let bound = v.bound.map(|u| format!(" | bound {u}")).unwrap_or_default();
     let mut s = format!(
-        "{} | {} layer {} | frontier fwd {} bwd {} | stored {} | {:.0} states/s | workers' store {}",
+        "{}{bound} | {} layer {} | frontier fwd {} bwd {} | stored {} | {:.0} states/s | workers' store {}",
         v.state,
         v.side,
         v.layer,

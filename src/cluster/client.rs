@@ -34,6 +34,8 @@ pub struct JobView {
     pub message: String,
     pub keys_exchanged: u64,
     pub bytes_exchanged: u64,
+    /// The bounded search's running iteration `U` (none: the plain search).
+    pub bound: Option<u32>,
     pub result: Option<SolveReport>,
 }
 
@@ -161,6 +163,7 @@ fn job_view(s: &JobStatus) -> JobView {
         message: s.message.clone(),
         keys_exchanged: s.keys_exchanged,
         bytes_exchanged: s.bytes_exchanged,
+        bound: s.bound,
         result: s.result.as_ref().map(report_of),
     }
 }

@@ -150,6 +150,7 @@ impl Shared {
             bytes_exchanged: r.bytes_exchanged,
             forward_layers: r.layers[0].len() as u32,
             backward_layers: r.layers[1].len() as u32,
+            bound: r.bound,
         }
     }
 
