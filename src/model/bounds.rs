@@ -91,24 +91,12 @@ impl PushDistances {
 
     /// [`PushDistances::estimate`] when it is at most `cap`; otherwise some
     /// lower bound above `cap` (so a search that only asks "over the cap?" may
-    /// stop early): first the sum of each box's nearest target, then the
-    /// matching, whose partial optimum after each box only grows.
+    /// stop early): the matching's dual objective, which starts at the sum of
+    /// each box's nearest target and only grows ([`Matching::solve`]).
     pub fn estimate_capped(&self, boxes: &[u16], forward: bool, cap: u32) -> u32 {
         MATCHING.with(|m| {
             let mut m = m.borrow_mut();
             m.load(self.table(forward), self.floor, boxes);
-            // each box pays at least its nearest target: a cheap first answer
-            let mut nearest = 0u32;
-            for row in m.cost.chunks_exact(boxes.len().max(1)).take(boxes.len()) {
-                let d = row.iter().copied().min().unwrap_or(FAR);
-                if d == FAR {
-                    return UNREACHABLE;
-                }
-                nearest += d as u32;
-            }
-            if nearest > cap {
-                return nearest;
-            }
             m.solve(cap)
         })
     }
