@@ -10,7 +10,7 @@
 //! solve ends, however it ends, unless kept.
 
 use crate::engine::driver::{solve, Deployment, Observers, SolveSpec};
-use crate::engine::kpg::{build_tables_paired, DeadlockTables, KStats, KpgProgress};
+use crate::engine::kpg::{build_tables_paired, DeadlockTables, KChoice, KStats, KpgProgress};
 use crate::engine::partition::{LocalExchange, PartitionStore, Partitioner};
 use crate::engine::search::{exhaust, LayerBackend, Limits, LocalBackend, NoProgress, Progress, SearchEnd};
 use crate::engine::{EngineError, Problem, Side};
@@ -135,11 +135,11 @@ impl Deployment for Local<'_> {
     fn build_tables(
         &mut self,
         board: &Arc<Board>,
-        max_k: usize,
+        choice: KChoice,
         cancel: &AtomicBool,
         progress: &dyn KpgProgress,
     ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError> {
-        let built = build_tables(board.clone(), max_k, TABLE_PARTITIONS, cancel, progress)?;
+        let built = build_tables(board.clone(), choice, TABLE_PARTITIONS, cancel, progress)?;
         Ok((!cancel.load(Ordering::SeqCst)).then_some(built))
     }
 
@@ -205,12 +205,12 @@ impl Deployment for Local<'_> {
     }
 }
 
-/// Builds k-PG tables for k = 1..=`max_k` in this process, each k-game on
-/// `partitions` in-memory partitions. Stops early (returning what is complete)
-/// if `cancel` is raised.
+/// Builds k-PG tables for the k of `choice` (a number: k = 1..=K) in this
+/// process, each k-game on `partitions` in-memory partitions. Stops early
+/// (returning what is complete) if `cancel` is raised.
 pub fn build_tables(
     board: Arc<Board>,
-    max_k: usize,
+    choice: impl Into<KChoice>,
     partitions: usize,
     cancel: &AtomicBool,
     progress: &dyn KpgProgress,
@@ -224,7 +224,7 @@ pub fn build_tables(
         );
         Ok((f?, b?))
     };
-    build_tables_paired(board, max_k, progress, &mut local)
+    build_tables_paired(board, choice.into(), progress, &mut local)
 }
 
 /// Explores one side of the k-game to exhaustion; returns every key found, sorted.

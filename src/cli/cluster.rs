@@ -121,7 +121,8 @@ pub struct SubmitArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub select: Selection,
-    /// Use k-packet-game deadlock tables with this k.
+    /// Use k-packet-game deadlock tables for k = 1 to this k (0: none; default:
+    /// as many k as pay, as `solve`).
     #[arg(long)]
     pub kpg: Option<u32>,
     /// Number of state partitions (a power of two; default: the coordinator's).

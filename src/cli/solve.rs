@@ -5,7 +5,7 @@ use super::progress::{KProgress, LayerProgress};
 use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
 use sokoshard::engine::driver::Observers;
-use sokoshard::engine::kpg::MAX_K;
+use sokoshard::engine::kpg::{KChoice, MAX_K};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::{Level, LevelText};
 use sokoshard::model::rules::Pruning;
@@ -82,9 +82,10 @@ pub struct SolveArgs {
     /// of the 2-box games (for comparisons; the answer is the same).
     #[arg(long, conflicts_with = "no_bound")]
     pub no_pair_penalties: bool,
-    /// Build k-PG deadlock tables up to this k in memory before each solve (1 to 8).
-    /// Without it the solve still prunes dead squares, the player-free part of the
-    /// 1-PG table; `--kpg 0` turns that off too and uses no table at all.
+    /// Build k-PG deadlock tables for k = 1 to this k before each solve (1 to 8).
+    /// Without it the solve builds k = 1, 2 and each next k whose k-game is
+    /// predicted to stay within 500,000 states (half a second); `--kpg 0`
+    /// uses no table at all, not even dead squares.
     #[arg(long, conflicts_with = "deadlocks")]
     pub kpg: Option<usize>,
     /// Load k-PG deadlock tables from a database built by `deadlocks build`.
@@ -237,8 +238,8 @@ fn solve_one(
                 return outcome;
             }
         },
-        (None, Some(k)) => TableSource::Build(k),
-        (None, None) => TableSource::None,
+        (None, Some(k)) => TableSource::Build(KChoice::UpTo(k)),
+        (None, None) => TableSource::Build(KChoice::Auto),
     };
     // Ctrl-C raises this level's flag (and stops the levels after it)
     let cancel = Arc::new(AtomicBool::new(INTERRUPTED.load(Ordering::SeqCst)));

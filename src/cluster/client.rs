@@ -126,6 +126,7 @@ fn report_of(r: &SolveResult) -> SolveReport {
         generated: r.generated,
         seconds: r.seconds,
         kpg_seconds: r.kpg_seconds,
+        kpg: r.kpg as usize,
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,
         forward_layers: r.forward_layers as usize,
@@ -203,7 +204,7 @@ impl Client {
                 no_pi_corrals: o.no_pi_corrals,
                 max_states: o.max_states.unwrap_or(0),
                 timeout: o.timeout.unwrap_or(0.0),
-                kpg: o.kpg.unwrap_or(0),
+                kpg: o.kpg,
                 no_bound: o.no_bound,
                 upper_bound: o.upper_bound.unwrap_or(0),
                 no_pair_penalties: o.no_pair_penalties,
@@ -273,7 +274,7 @@ impl Client {
             level_text: level_text.to_string(),
             title: title.to_string(),
             index,
-            options: Some(JobOptions { partitions, kpg: k, ..Default::default() }),
+            options: Some(JobOptions { partitions, kpg: Some(k), ..Default::default() }),
         };
         let id = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?.into_inner().job_id;
         let v = self.watch(id, Duration::from_secs(300), on_update).await?;

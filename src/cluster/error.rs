@@ -74,6 +74,7 @@ impl ClusterError {
             ClusterError::Storage(StorageError::Io { .. }) | ClusterError::Io { .. } => Code::Internal,
             ClusterError::Storage(_) => Code::DataLoss,
             ClusterError::Engine(EngineError::Cancelled) => Code::Cancelled,
+            ClusterError::Engine(EngineError::Unsupported(_)) => Code::InvalidArgument,
             ClusterError::Engine(_) => Code::Internal,
             ClusterError::Internal(_) => Code::Internal,
         }

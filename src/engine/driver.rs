@@ -5,7 +5,7 @@
 //! [`SolveReport`] with its counts and timings. Local mode (`crate::solve`) and
 //! the cluster's coordinator differ only in the [`Deployment`] they hand it.
 
-use super::kpg::{DeadlockTables, KStats, KpgProgress};
+use super::kpg::{DeadlockTables, KChoice, KStats, KpgProgress};
 use super::path::rebuild;
 use super::report::{BoundIteration, SolveReport, Status};
 use super::search::{bidirectional, LayerBackend, Limits, Progress, SearchEnd, SearchStats};
@@ -25,8 +25,9 @@ pub enum TableSource {
     /// No tables (dead squares and the other prunings still apply).
     #[default]
     None,
-    /// Built before the search, on the same deployment, for k = 1..=K.
-    Build(usize),
+    /// Built before the search, on the same deployment: k = 1..=K, or as
+    /// many k as pay ([`KChoice::Auto`], the default of `solve` and `submit`).
+    Build(KChoice),
     /// Given (loaded from a `.kdb` database, or built by the caller).
     Given(Arc<DeadlockTables>),
 }
@@ -74,12 +75,12 @@ impl Default for SolveSpec {
 /// Where a solve runs: the layers' home and the k-games' explorer. Local mode
 /// holds every partition in this process; the cluster spreads them over workers.
 pub trait Deployment {
-    /// Builds deadlock tables for k = 1..=`max_k` on this deployment. `None`
+    /// Builds deadlock tables for the k of `choice` on this deployment. `None`
     /// when stopped by `cancel` before they were complete.
     fn build_tables(
         &mut self,
         board: &Arc<Board>,
-        max_k: usize,
+        choice: KChoice,
         cancel: &AtomicBool,
         progress: &dyn KpgProgress,
     ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError>;
@@ -162,7 +163,7 @@ fn run<D: Deployment>(
     report: &mut SolveReport,
 ) -> Result<(), EngineError> {
     let tables = match &spec.tables {
-        TableSource::None | TableSource::Build(0) => None,
+        TableSource::None | TableSource::Build(KChoice::UpTo(0)) => None,
         TableSource::Given(t) => Some(t.clone()),
         TableSource::Build(k) => {
             let t0 = Instant::now();
@@ -174,6 +175,7 @@ fn run<D: Deployment>(
             }
         }
     };
+    report.kpg = tables.as_ref().map_or(0, |t| t.max_k());
     match board.keyspace.width {
         KeyWidth::U64 => search::<u64, D>(deployment, board, spec, tables, cancel, observers.search, report),
         KeyWidth::U128 => search::<u128, D>(deployment, board, spec, tables, cancel, observers.search, report),

@@ -27,6 +27,7 @@
 use super::search::Progress;
 use super::{EngineError, PatternCheck, Problem, Side};
 use crate::model::board::Board;
+use crate::model::key::KeyWidth;
 use crate::model::rules::{goal_states, normalize_player, Pruning, Scratch};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -34,6 +35,48 @@ use std::time::Instant;
 
 /// Largest k supported: box sets are packed eight 16-bit squares to a [`Packed`].
 pub const MAX_K: usize = 8;
+
+/// Which k-games to play before a solve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KChoice {
+    /// k = 1..=K (fewer if the level has fewer boxes).
+    UpTo(usize),
+    /// k = 1, 2, then each next k while its game is predicted to stay within
+    /// [`AUTO_STATES`] states (see [`next_k_pays`]).
+    Auto,
+}
+
+impl From<usize> for KChoice {
+    fn from(k: usize) -> Self {
+        KChoice::UpTo(k)
+    }
+}
+
+/// The automatic choice's budget: k-game states (both sides) the next k may be
+/// predicted to store: at most about half a second of table building on this
+/// project's benchmark machine (a k-game state costs about 1 µs there, both
+/// sides on two threads). A larger budget makes the tables slower than the
+/// searches they speed up on most small levels (docs/benchmarks.md).
+pub const AUTO_STATES: u64 = 500_000;
+
+/// Whether the automatic choice plays the k-game after `done` (the stats of
+/// k = 1..=K so far, in order). k = 1 and 2 always (their games hold at most a
+/// few squares squared states); after that the next game's states are
+/// predicted from the last two by their ratio (a k-game holds about as many
+/// states as the (k-1)-game times the growth from k-2 to k-1: 10 to 40 on the
+/// Microban and XSokoban levels measured in docs/benchmarks.md), and it is
+/// played only within [`AUTO_STATES`]. Counts, not times, so the choice is the
+/// same on every machine and every deployment.
+pub fn next_k_pays(done: &[KStats]) -> bool {
+    let states = |s: &KStats| (s.forward_states + s.backward_states).max(1);
+    match done {
+        [] | [_] => true,
+        [.., prev, last] => {
+            let predicted = states(last) as u128 * states(last) as u128 / states(prev) as u128;
+            predicted <= AUTO_STATES as u128
+        }
+    }
+}
 
 /// A sorted box set, its 16-bit squares packed high to low.
 pub type Packed = u128;
@@ -486,7 +529,7 @@ pub type PairExplorer<'a> = dyn FnMut(&Problem<u64>, &DeadlockTables, &[u64], &[
 /// [`build_tables`] with the exploration of each k-game left to `explore`.
 pub fn build_tables_with(
     board: Arc<Board>,
-    max_k: usize,
+    choice: KChoice,
     progress: &dyn KpgProgress,
     explore: &mut Explorer<'_>,
 ) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
@@ -495,28 +538,46 @@ pub fn build_tables_with(
         let backward = explore(problem, tables, Side::Backward, bwd)?;
         Ok((forward, backward))
     };
-    build_tables_paired(board, max_k, progress, &mut one_side_then_the_other)
+    build_tables_paired(board, choice, progress, &mut one_side_then_the_other)
 }
 
-/// Builds tables for k = 1..=`max_k` on `board`, each k pruned by the tables
-/// before it, with both sides of each k-game explored by `explore`. Stops early
-/// (returning what is complete) when the explorer reports a cancel.
+/// Builds tables for k = 1, 2, ... as `choice` says on `board`, each k pruned
+/// by the tables before it, with both sides of each k-game explored by
+/// `explore`. Stops early (returning what is complete) when the explorer
+/// reports a cancel.
 pub fn build_tables_paired(
     board: Arc<Board>,
-    max_k: usize,
+    choice: KChoice,
     progress: &dyn KpgProgress,
     explore: &mut PairExplorer<'_>,
 ) -> Result<(DeadlockTables, Vec<KStats>), EngineError> {
+    let max_k = match choice {
+        KChoice::UpTo(k) => k,
+        KChoice::Auto => MAX_K,
+    };
     let max_k = max_k.min(MAX_K).min(board.box_count());
     let mut tables = DeadlockTables::new(board.clone(), Vec::new());
     let mut all_stats = Vec::new();
     for k in 1..=max_k {
+        if choice == KChoice::Auto && !next_k_pays(&all_stats) {
+            break;
+        }
         progress.k_started(k);
         let started = Instant::now();
         let patterns: Option<Arc<dyn PatternCheck>> =
             if tables.tables.is_empty() { None } else { Some(Arc::new(tables.clone())) };
         let problem = Problem::<u64>::with_boxes(board.clone(), k, Pruning::ALL, patterns)
             .ok_or_else(|| EngineError::Internal(format!("no key space for a {k}-box game")))?;
+        if problem.space.width != KeyWidth::U64 {
+            // k-games are played with 64-bit keys
+            if choice == KChoice::Auto {
+                break;
+            }
+            return Err(EngineError::Unsupported(format!(
+                "the {k}-box game of this level needs keys wider than 64 bits; k-PG tables go up to k = {} here",
+                k - 1
+            )));
+        }
         let (fwd_seeds, bwd_seeds) = k_seeds(&problem, k);
         let (forward, backward) = explore(&problem, &tables, &fwd_seeds, &bwd_seeds)?;
         let (Some(forward), Some(backward)) = (forward, backward) else {
@@ -634,6 +695,30 @@ mod tests {
         });
         assert_eq!(n, 1);
         for_each_combination(2, 3, |_| panic!("k > n has no combinations"));
+    }
+
+    #[test]
+    fn the_automatic_choice_predicts_the_next_game_from_the_last_two() {
+        let stats = |k, states: u64| KStats {
+            k,
+            forward_states: states / 2,
+            backward_states: states - states / 2,
+            forward_patterns: 0,
+            backward_patterns: 0,
+            seconds: 0.0,
+        };
+        // k = 1 and 2 always
+        assert!(next_k_pays(&[]));
+        assert!(next_k_pays(&[stats(1, 10_000_000)]));
+        // Microban I #153 (docs/benchmarks.md): 2,970 then 47,069 states predict
+        // 746,000 for k = 4: over the budget
+        assert!(!next_k_pays(&[stats(1, 116), stats(2, 2_970), stats(3, 47_069)]));
+        // growth 10 from 40,000: 400,000 predicted, within it
+        assert!(next_k_pays(&[stats(2, 4_000), stats(3, 40_000)]));
+        assert!(!next_k_pays(&[stats(2, 4_000), stats(3, 50_000)]));
+        // exactly at the budget plays; a game that found nothing counts as one state
+        assert!(next_k_pays(&[stats(2, 50), stats(3, 5_000)]));
+        assert!(next_k_pays(&[stats(2, 0), stats(3, 0)]));
     }
 
     #[test]

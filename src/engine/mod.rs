@@ -92,6 +92,10 @@ pub enum EngineError {
     /// step could not simply report `None`.
     #[error("cancelled")]
     Cancelled,
+    /// The request is beyond what the engine does (say, a k-game too large
+    /// for its keys).
+    #[error("{0}")]
+    Unsupported(String),
     #[error("internal error: {0}")]
     Internal(String),
 }

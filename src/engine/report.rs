@@ -87,6 +87,9 @@ pub struct SolveReport {
     pub seconds: f64,
     /// Of `seconds`, the time spent building k-PG tables.
     pub kpg_seconds: f64,
+    /// The largest k of the k-PG tables the search used (0: none).
+    #[serde(default)]
+    pub kpg: usize,
     pub forward_layers: usize,
     pub backward_layers: usize,
     pub peak_memory_bytes: u64,
@@ -119,6 +122,7 @@ impl SolveReport {
             generated: 0,
             seconds: 0.0,
             kpg_seconds: 0.0,
+            kpg: 0,
             forward_layers: 0,
             backward_layers: 0,
             peak_memory_bytes: 0,

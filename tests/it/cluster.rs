@@ -672,3 +672,26 @@ fn k_pg_tables_built_on_the_cluster_match_local_ones_and_jobs_use_them() {
         check_solution(level, g["solution"].as_str().unwrap(), g["pushes"].as_u64().unwrap());
     }
 }
+
+#[test]
+fn a_k_game_at_the_box_count_on_the_cluster_is_played_without_move_pruning() {
+    // Microban I #10 has three boxes, so its 3-game is the whole level. Workers
+    // once took a k-game with k at the box count for the level's own search and
+    // played it forward under the PI-corral restriction: it missed states that
+    // the tables then called backward deadlocks (8 backward patterns where the
+    // k-game has 2), and a job's solution differed from local mode's.
+    let mut c = Cluster::start(&["--min-workers", "1"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let file = repo(MICROBAN);
+    let local_db = c.dir.path().join("local.kdb");
+    let cluster_db = c.dir.path().join("cluster.kdb");
+    let build = ["deadlocks", "build", file.to_str().unwrap(), "--level", "10", "--k", "3", "-o"];
+    let o = Command::new(BIN).args(build).arg(&local_db).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = c.cli(&[&build[..], &[cluster_db.to_str().unwrap()]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let show = Command::new(BIN).args(["deadlocks", "show"]).arg(&local_db).output().unwrap();
+    assert!(String::from_utf8_lossy(&show.stdout).contains("k=3"), "{}", String::from_utf8_lossy(&show.stdout));
+    assert_eq!(std::fs::read(&local_db).unwrap(), std::fs::read(&cluster_db).unwrap());
+}

@@ -8,7 +8,7 @@ use super::backend::{ClusterBackend, Phase};
 use super::tables::{tables_for, tables_path};
 use super::{Kind, Shared, State};
 use crate::engine::driver::{solve, BoundSpec, Deployment, Observers, SolveSpec, TableSource};
-use crate::engine::kpg::{DeadlockTables, KStats, KpgProgress, MAX_K};
+use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::report::SolveReport;
 use crate::engine::search::{LayerBackend, LayerEvent, NoProgress, Progress};
 use crate::engine::{EngineError, Problem};
@@ -42,14 +42,14 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     sh.set_running(id, true);
     let mut deployment = ClusterDeployment { sh: sh.clone(), id, rt: rt.clone(), stop: &stop, tables_reused: None };
     if rec.kind == Kind::Deadlocks {
-        let max_k = (rec.options.kpg as usize).min(MAX_K);
-        let built = deployment.build_tables(&board, max_k, &stop, &NoProgress);
+        let max_k = (rec.options.kpg.unwrap_or(0) as usize).min(MAX_K);
+        let built = deployment.build_tables(&board, KChoice::UpTo(max_k), &stop, &NoProgress);
         sh.set_running(id, false);
         let (state, msg) = match (cancelled.load(Ordering::SeqCst), built) {
             (true, _) => (State::Cancelled, "cancelled".to_string()),
             (false, Err(e)) => return (fail(cluster_error(e).to_string()), unload_all(sh, id, rt)).1,
             (false, Ok(None)) => (State::Failed, "stopped by its timeout before the tables were complete".to_string()),
-            (false, Ok(Some(_))) => (State::Finished, format!("k-PG tables built for k = 1..{}", rec.options.kpg)),
+            (false, Ok(Some(_))) => (State::Finished, format!("k-PG tables built for k = 1..{max_k}")),
         };
         let _ = sh.update(id, true, |r| {
             r.state = state;
@@ -59,7 +59,7 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     }
     let spec = SolveSpec {
         pruning: Pruning { dead_squares: true, freeze: !rec.options.no_freeze, pi_corrals: !rec.options.no_pi_corrals },
-        tables: TableSource::Build(rec.options.kpg as usize),
+        tables: TableSource::Build(rec.options.kpg.map_or(KChoice::Auto, |k| KChoice::UpTo(k as usize))),
         bound: match (rec.options.no_bound, rec.options.upper_bound) {
             (true, _) => BoundSpec::Off,
             (false, 0) => BoundSpec::Iterate,
@@ -133,12 +133,12 @@ impl Deployment for ClusterDeployment<'_> {
     fn build_tables(
         &mut self,
         board: &Arc<Board>,
-        max_k: usize,
+        choice: KChoice,
         _cancel: &AtomicBool,
         _progress: &dyn KpgProgress,
     ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError> {
         let Some((bytes, secs, reused)) =
-            tables_for(&self.sh, self.id, &self.rt, board, max_k, self.stop).map_err(engine_error)?
+            tables_for(&self.sh, self.id, &self.rt, board, choice, self.stop).map_err(engine_error)?
         else {
             return Ok(None);
         };

@@ -402,7 +402,8 @@ impl Coordinator for CoordinatorService {
                 ClusterError::InvalidArgument("the timeout must be a non-negative number of seconds".into()).into()
             );
         }
-        if options.kpg as usize > crate::engine::kpg::MAX_K || (kind == Kind::Deadlocks && options.kpg == 0) {
+        let k = options.kpg.map(|k| k as usize);
+        if k.is_some_and(|k| k > crate::engine::kpg::MAX_K) || (kind == Kind::Deadlocks && k.unwrap_or(0) == 0) {
             return Err(ClusterError::InvalidArgument(format!(
                 "k-PG tables are built for k = 1 to {}",
                 crate::engine::kpg::MAX_K

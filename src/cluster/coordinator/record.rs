@@ -73,8 +73,10 @@ pub struct Settings {
     pub max_states: u64,
     /// Seconds; 0: no limit.
     pub timeout: f64,
-    /// k of the k-PG tables to use (solve) or build (deadlocks); 0: none.
-    pub kpg: u32,
+    /// k of the k-PG tables to use (solve) or build (deadlocks); 0: none;
+    /// `None`: as many k as pay (a log written before the automatic choice
+    /// holds a number, read as that number).
+    pub kpg: Option<u32>,
     pub no_pi_corrals: bool,
     /// The plain search (logs written before the cluster ran the bounded
     /// search read as bounded: a resumed job restarts its search bounded).
@@ -181,6 +183,7 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
         .into(),
         reason: r.reason.clone(),
         kpg_seconds: r.kpg_seconds,
+        kpg: r.kpg as u32,
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,
         iterations: r

@@ -6,7 +6,7 @@ use super::super::ClusterError;
 use super::backend::{ClusterBackend, Phase};
 use super::job::{cluster_error, engine_error};
 use super::Shared;
-use crate::engine::kpg::{build_tables_with, DeadlockTables, KStats, MAX_K};
+use crate::engine::kpg::{build_tables_with, DeadlockTables, KChoice, KStats};
 use crate::engine::search::{exhaust, Limits, NoProgress, SearchEnd};
 use crate::engine::{Problem, Side};
 use crate::model::board::Board;
@@ -37,7 +37,7 @@ pub(super) fn tables_for(
     id: u64,
     rt: &Handle,
     board: &Arc<Board>,
-    max_k: usize,
+    choice: KChoice,
     stop: &AtomicBool,
 ) -> Result<Option<(Vec<u8>, f64, bool)>, ClusterError> {
     let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
@@ -51,7 +51,6 @@ pub(super) fn tables_for(
         }
     }
     let started = Instant::now();
-    let max_k = max_k.min(MAX_K);
     let mut explore = |problem: &Problem<u64>, tables: &DeadlockTables, side: Side, seeds: &[u64]| {
         let k = problem.space.boxes;
         let bytes = if tables.tables.is_empty() { Vec::new() } else { kdb::encode(tables, &rec.level_text) };
@@ -67,7 +66,7 @@ pub(super) fn tables_for(
         }
         b.collect(side).map_err(engine_error)
     };
-    let (tables, stats) = build_tables_with(board.clone(), max_k, &NoProgress, &mut explore).map_err(cluster_error)?;
+    let (tables, stats) = build_tables_with(board.clone(), choice, &NoProgress, &mut explore).map_err(cluster_error)?;
     if stop.load(Ordering::SeqCst) {
         return Ok(None);
     }
@@ -80,6 +79,6 @@ pub(super) fn tables_for(
     std::fs::write(&tmp, &bytes).map_err(|e| ClusterError::io(format!("writing {}", tmp.display()), e))?;
     std::fs::rename(&tmp, &path).map_err(|e| ClusterError::io(format!("writing {}", path.display()), e))?;
     sh.update(id, true, |r| r.kpg_seconds = secs)?;
-    tracing::info!(job = id, k = max_k, bytes = bytes.len(), seconds = secs, "k-pg tables built on the cluster");
+    tracing::info!(job = id, k = tables.max_k(), bytes = bytes.len(), seconds = secs, "k-pg tables built on the cluster");
     Ok(Some((bytes, secs, false)))
 }

@@ -130,10 +130,13 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
         Some(Arc::new(DeadlockTables::new(board.clone(), file.tables)))
     };
     let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze, pi_corrals: !spec.no_pi_corrals };
-    if spec.boxes != 0 && spec.boxes != board.box_count() {
-        // a k-game of the k-PG tables: all prunings, u64 keys (as engine::kpg plays it)
+    if spec.boxes != 0 {
+        // a k-game of the k-PG tables: all state prunings and no move pruning,
+        // u64 keys (as engine::kpg plays it), also when k is the box count: a
+        // forward game under the PI-corral restriction would miss states and
+        // call them dead
         let problem = Problem::<u64>::with_boxes(board.clone(), spec.boxes, Pruning::ALL, patterns)
-            .filter(|p| p.space.width == KeyWidth::U64 && spec.boxes < board.box_count())
+            .filter(|p| p.space.width == KeyWidth::U64 && spec.boxes <= board.box_count())
             .ok_or_else(|| ClusterError::InvalidArgument(format!("no {}-box game on this level", spec.boxes)))?;
         return Ok(Arc::new(TypedJob::<u64>::open(spec, problem)?));
     }
