@@ -6,6 +6,8 @@ use super::{read_collection, Selection, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sokoshard::engine::kpg::{unpack, DeadPlayers, KStats, KTable, Packed, MAX_K};
+use sokoshard::model::bounds::LowerBounds;
+use sokoshard::model::pairs::DEAD;
 use sokoshard::model::board::Board;
 use sokoshard::model::level::parse_one;
 use sokoshard::solve::build_tables;
@@ -98,6 +100,8 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     let (tables, stats) =
         pool.install(|| build_tables(board.clone(), args.k, 16, &AtomicBool::new(false), &progress))?;
     progress.finish();
+    // the bounded search's pair penalties go into the file beside the patterns
+    let tables = tables.with_pairs(LowerBounds::new(&board, true).pairs.map(Arc::new));
     let bytes = kdb::save(&args.output, &tables, &level.to_xsb())?;
     report_build(&args, &stats, &tables.tables, bytes)
 }
@@ -167,6 +171,21 @@ fn show(args: ShowArgs) -> Result<ExitCode> {
     let board = Board::new(&level)?;
     println!("{}: level fingerprint {:#018x}, {} floor squares", args.file.display(), file.fingerprint, file.floor);
     print!("{}", board.draw(&board.start_boxes, Some(board.start_player)));
+    match &file.pairs {
+        None => println!("pair penalties: none kept (no pair of squares has one, or the board is too large)"),
+        Some(p) => {
+            let positive = |t: &[u8]| t.iter().filter(|&&v| v > 0 && v != DEAD).count() / 2;
+            let dead = |t: &[u8]| t.iter().filter(|&&v| v == DEAD).count() / 2;
+            println!(
+                "pair penalties: forward {} square pairs with a penalty, {} dead; backward {} and {}; {} pairs depend on the player's region",
+                positive(&p.forward),
+                dead(&p.forward),
+                positive(&p.backward),
+                dead(&p.backward),
+                p.regional_at.iter().flatten().filter(|&&i| i != 0).count()
+            );
+        }
+    }
     for t in &file.tables {
         for (name, set) in [("forward", &t.forward), ("backward", &t.backward)] {
             println!("k={} {name}: {} box sets, {} patterns", t.k, set.map.len(), set.patterns());

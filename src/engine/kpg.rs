@@ -28,6 +28,7 @@ use super::search::Progress;
 use super::{EngineError, PatternCheck, Problem, Side};
 use crate::model::board::Board;
 use crate::model::key::KeyWidth;
+use crate::model::pairs::PairPenalties;
 use crate::model::rules::{goal_states, normalize_player, Pruning, Scratch};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -229,6 +230,10 @@ pub struct KTable {
 pub struct DeadlockTables {
     pub board: Arc<Board>,
     pub tables: Vec<KTable>,
+    /// The 2-box games' pair penalties of the bounded search, when kept with
+    /// the tables (a database from `deadlocks build`): the search uses them
+    /// instead of building its own.
+    pub pairs: Option<Arc<PairPenalties>>,
     /// Derived from `tables`: forward and backward patterns of every k.
     index: [PatternTrie; 2],
 }
@@ -257,7 +262,13 @@ impl DeadlockTables {
             PatternTrie::new(floor, tables.iter().map(|t| (t.k, &t.forward))),
             PatternTrie::new(floor, tables.iter().map(|t| (t.k, &t.backward))),
         ];
-        DeadlockTables { board, tables, index }
+        DeadlockTables { board, tables, pairs: None, index }
+    }
+
+    /// The same tables with the level's pair penalties kept beside them.
+    pub fn with_pairs(mut self, pairs: Option<Arc<PairPenalties>>) -> Self {
+        self.pairs = pairs;
+        self
     }
 
     pub fn max_k(&self) -> usize {
@@ -267,6 +278,7 @@ impl DeadlockTables {
     /// Keeps only the tables up to `k`.
     pub fn truncated(&self, k: usize) -> DeadlockTables {
         DeadlockTables::new(self.board.clone(), self.tables.iter().filter(|t| t.k <= k).cloned().collect())
+            .with_pairs(self.pairs.clone())
     }
 
     /// The check by brute force, for tests: any pattern of any k that holds the

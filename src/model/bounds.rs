@@ -122,9 +122,19 @@ pub struct LowerBounds {
 impl LowerBounds {
     /// The matching alone (`pairs` false), or with the pair penalties.
     pub fn new(board: &Board, pairs: bool) -> LowerBounds {
+        Self::with_kept_pairs(board, pairs, None)
+    }
+
+    /// [`LowerBounds::new`] with the pair penalties taken from `kept` (a
+    /// deadlock database's) when given, instead of built here.
+    pub fn with_kept_pairs(board: &Board, pairs: bool, kept: Option<&PairPenalties>) -> LowerBounds {
         let distances = PushDistances::new(board);
-        let pairs = if pairs { PairPenalties::new(board, &distances).filter(|p| p.useful()) } else { None };
-        LowerBounds { distances, pairs }
+        let pairs = match (pairs, kept) {
+            (false, _) => None,
+            (true, Some(p)) => Some(p.clone()),
+            (true, None) => PairPenalties::new(board, &distances),
+        };
+        LowerBounds { distances, pairs: pairs.filter(|p| p.useful()) }
     }
 
     /// The parity (0 or 1) of the push count of every solution of the level.

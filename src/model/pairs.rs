@@ -62,6 +62,19 @@ pub struct PairPenalties {
     useful: bool,
 }
 
+/// [`PairPenalties`] as plain data: the tables a file keeps (the region labels
+/// are not kept: they follow from the board).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairParts {
+    /// `floor * floor` penalties from the goals, then from the start squares.
+    pub forward: Vec<u8>,
+    pub backward: Vec<u8>,
+    /// Per side (forward, backward): the per-region penalties of the pairs
+    /// whose regions differ, and per unordered pair 0 or 1 + its entry.
+    pub regional: [Vec<[u8; MAX_REGIONS]>; 2],
+    pub regional_at: [Vec<u32>; 2],
+}
+
 /// Region labels of the floor with two squares blocked, for every pair.
 #[derive(Debug, Clone)]
 struct Regions {
@@ -75,7 +88,7 @@ struct Regions {
 const NO_REGION: u8 = u8::MAX;
 /// At most this many regions are told apart; further ones share the last label
 /// (merging regions only lowers a distance, so the tables stay lower bounds).
-const MAX_REGIONS: usize = 8;
+pub const MAX_REGIONS: usize = 8;
 
 #[inline]
 fn pair(x: usize, y: usize) -> usize {
@@ -147,6 +160,51 @@ impl PairPenalties {
             regional: [regional_f, regional_b],
             regional_at: [at_f, at_b],
             regions,
+            useful,
+        })
+    }
+
+    /// The tables as plain data, for a file to keep (`storage::kdb`).
+    pub fn parts(&self) -> PairParts {
+        PairParts {
+            forward: self.forward.clone(),
+            backward: self.backward.clone(),
+            regional: self.regional.clone(),
+            regional_at: self.regional_at.clone(),
+        }
+    }
+
+    /// The tables of `board` from the parts [`PairPenalties::parts`] gave
+    /// (the region labels are derived again from the board); an error names
+    /// the first part whose size or index does not fit the board.
+    pub fn from_parts(board: &Board, parts: PairParts) -> Result<PairPenalties, String> {
+        let floor = board.floor_count();
+        if floor > MAX_FLOOR {
+            return Err(format!("pair tables for {floor} floor squares, over the limit of {MAX_FLOOR}"));
+        }
+        let pairs = floor * floor.saturating_sub(1) / 2;
+        for (name, t) in [("forward", &parts.forward), ("backward", &parts.backward)] {
+            if t.len() != floor * floor {
+                return Err(format!("{name} pair table of {} entries, the board needs {}", t.len(), floor * floor));
+            }
+        }
+        for side in 0..2 {
+            if parts.regional_at[side].len() != pairs {
+                return Err(format!("regional index of {} pairs, the board has {pairs}", parts.regional_at[side].len()));
+            }
+            if let Some(&i) = parts.regional_at[side].iter().find(|&&i| i as usize > parts.regional[side].len()) {
+                return Err(format!("regional index entry {i} past the {} entries", parts.regional[side].len()));
+            }
+        }
+        let useful = parts.forward.iter().chain(&parts.backward).any(|&p| p > 0)
+            || parts.regional.iter().flatten().any(|r| r.iter().any(|&p| p > 0));
+        Ok(PairPenalties {
+            floor,
+            forward: parts.forward,
+            backward: parts.backward,
+            regional: parts.regional,
+            regional_at: parts.regional_at,
+            regions: Regions::new(board),
             useful,
         })
     }

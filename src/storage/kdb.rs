@@ -12,6 +12,7 @@
 //! | 4 | number of k tables |
 //! | 4 + n | level text (XSB, for `deadlocks show`) |
 //! | ... | per k: `k`, then forward and backward sets: entry count, then per entry `k` squares (u16), a tag (0 any player, 1 player list) and for a list its length (u16) and squares |
+//! | 1 + ... | pair penalties of the bounded search (version 2): tag 0 none, 1 kept; then `floor²` forward and `floor²` backward bytes, and per side the per-region entries (count, 8 bytes each) and the pairs that use one (count, then pair index and entry as u32) |
 //! | 8 | xxh3-64 of everything above |
 //!
 //! The checksum is verified before anything is parsed, and every count is bounded
@@ -19,11 +20,13 @@
 
 use crate::engine::kpg::{unpack, DeadPlayers, DeadlockTables, KTable, Packed, PatternSet, MAX_K};
 use crate::model::board::Board;
+use crate::model::pairs::{PairParts, PairPenalties, MAX_REGIONS};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"SKKPGDB\0";
-pub const KDB_VERSION: u32 = 1;
+/// 2: the pair penalties of the bounded search follow the k tables.
+pub const KDB_VERSION: u32 = 2;
 
 /// Deadlock database failures, each naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +35,7 @@ pub enum KdbError {
     Io { path: PathBuf, op: &'static str, source: std::io::Error },
     #[error("{}: not a sokoshard deadlock database (bad magic bytes)", path.display())]
     BadMagic { path: PathBuf },
-    #[error("{}: deadlock database format version {found} is not supported (this build reads version {expected})", path.display())]
+    #[error("{}: deadlock database format version {found} is not supported (this build reads version {expected}); build it again with `sokoshard deadlocks build`", path.display())]
     UnsupportedVersion { path: PathBuf, found: u32, expected: u32 },
     #[error("{}: truncated deadlock database ({len} bytes)", path.display())]
     Truncated { path: PathBuf, len: u64 },
@@ -50,6 +53,7 @@ pub struct KdbFile {
     pub floor: usize,
     pub level_text: String,
     pub tables: Vec<KTable>,
+    pub pairs: Option<PairParts>,
 }
 
 /// Serializes tables with the level text they belong to.
@@ -64,6 +68,28 @@ pub fn encode(tables: &DeadlockTables, level_text: &str) -> Vec<u8> {
     out.extend_from_slice(level_text.as_bytes());
     for t in &tables.tables {
         encode_table(&mut out, t);
+    }
+    match &tables.pairs {
+        None => out.push(0),
+        Some(p) => {
+            out.push(1);
+            let parts = p.parts();
+            out.extend_from_slice(&parts.forward);
+            out.extend_from_slice(&parts.backward);
+            for side in 0..2 {
+                out.extend_from_slice(&(parts.regional[side].len() as u32).to_le_bytes());
+                for r in &parts.regional[side] {
+                    out.extend_from_slice(r);
+                }
+                let used: Vec<(usize, u32)> =
+                    parts.regional_at[side].iter().copied().enumerate().filter(|e| e.1 != 0).collect();
+                out.extend_from_slice(&(used.len() as u32).to_le_bytes());
+                for (pair, i) in used {
+                    out.extend_from_slice(&(pair as u32).to_le_bytes());
+                    out.extend_from_slice(&i.to_le_bytes());
+                }
+            }
+        }
     }
     let sum = xxhash_rust::xxh3::xxh3_64(&out);
     out.extend_from_slice(&sum.to_le_bytes());
@@ -229,10 +255,68 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<KdbFile, KdbError> {
         let forward = sets.pop().expect("two sets");
         tables.push(KTable { k, forward, backward });
     }
+    let pairs = match r.u8()? {
+        0 => None,
+        1 => Some(read_pairs(&mut r, floor)?),
+        t => return Err(corrupt(format!("unknown pair-table tag {t}"))),
+    };
     if r.pos != body.len() {
         return Err(corrupt(format!("{} trailing bytes", body.len() - r.pos)));
     }
-    Ok(KdbFile { fingerprint, floor, level_text, tables })
+    Ok(KdbFile { fingerprint, floor, level_text, tables, pairs })
+}
+
+/// The pair-penalty section, its sizes checked against the floor.
+fn read_pairs(r: &mut Reader<'_>, floor: usize) -> Result<PairParts, KdbError> {
+    let corrupt = |reason: String| KdbError::Corrupt { path: r.path.to_path_buf(), reason };
+    if floor > crate::model::pairs::MAX_FLOOR {
+        return Err(corrupt(format!("pair tables for {floor} floor squares, over the limit")));
+    }
+    let forward = r.take(floor * floor)?.to_vec();
+    let backward = r.take(floor * floor)?.to_vec();
+    let pairs = floor * floor.saturating_sub(1) / 2;
+    let mut regional = [Vec::new(), Vec::new()];
+    let mut regional_at = [vec![0u32; pairs], vec![0u32; pairs]];
+    for side in 0..2 {
+        let n = r.u32()? as usize;
+        if n > pairs {
+            return Err(corrupt(format!("{n} per-region pair entries for {pairs} pairs")));
+        }
+        for _ in 0..n {
+            let mut e = [0u8; MAX_REGIONS];
+            e.copy_from_slice(r.take(MAX_REGIONS)?);
+            regional[side].push(e);
+        }
+        let used = r.u32()? as usize;
+        if used > pairs {
+            return Err(corrupt(format!("{used} pairs with per-region entries, the board has {pairs}")));
+        }
+        for _ in 0..used {
+            let (pair, i) = (r.u32()? as usize, r.u32()?);
+            if pair >= pairs || i == 0 || i as usize > n {
+                return Err(corrupt(format!("per-region entry {i} of pair {pair} is out of range")));
+            }
+            regional_at[side][pair] = i;
+        }
+    }
+    Ok(PairParts { forward, backward, regional, regional_at })
+}
+
+/// Binds a database read from `path` to `board`: refuses one built for
+/// another level, derives the tables' index and restores the pair penalties.
+pub fn bind(path: &Path, file: KdbFile, board: Arc<Board>) -> Result<DeadlockTables, KdbError> {
+    let expected = board.fingerprint();
+    if file.fingerprint != expected || file.floor != board.floor_count() {
+        return Err(KdbError::WrongLevel { path: path.to_path_buf(), found: file.fingerprint, expected });
+    }
+    let pairs = match file.pairs {
+        None => None,
+        Some(parts) => Some(Arc::new(
+            PairPenalties::from_parts(&board, parts)
+                .map_err(|reason| KdbError::Corrupt { path: path.to_path_buf(), reason })?,
+        )),
+    };
+    Ok(DeadlockTables::new(board, file.tables).with_pairs(pairs))
 }
 
 /// Reads a database file.
@@ -244,12 +328,7 @@ pub fn read(path: &Path) -> Result<KdbFile, KdbError> {
 
 /// Reads a database and binds it to `board`, refusing one built for another level.
 pub fn load_for(path: &Path, board: Arc<Board>) -> Result<DeadlockTables, KdbError> {
-    let file = read(path)?;
-    let expected = board.fingerprint();
-    if file.fingerprint != expected || file.floor != board.floor_count() {
-        return Err(KdbError::WrongLevel { path: path.to_path_buf(), found: file.fingerprint, expected });
-    }
-    Ok(DeadlockTables::new(board, file.tables))
+    bind(path, read(path)?, board)
 }
 
 /// A database error crosses the engine's seams boxed, like every storage error.
@@ -263,6 +342,7 @@ impl From<KdbError> for crate::engine::EngineError {
 mod tests {
     use super::*;
     use crate::engine::search::NoProgress;
+    use crate::model::bounds::LowerBounds;
     use crate::model::level::parse_one;
     use crate::solve::build_tables;
     use std::sync::atomic::AtomicBool;
@@ -270,9 +350,12 @@ mod tests {
     const LEVEL: &str = "#######\n#.  $ #\n# $@  #\n#.    #\n#######\n";
     const OTHER: &str = "#######\n#.  $ #\n# $ @ #\n#.    #\n#######\n";
 
+    /// Tables with the pair penalties kept, so that every test covers both.
     fn tables(text: &str) -> DeadlockTables {
         let board = Arc::new(Board::new(&parse_one(text, "t").unwrap()).unwrap());
-        build_tables(board, 2, 4, &AtomicBool::new(false), &NoProgress).unwrap().0
+        let pairs = LowerBounds::new(&board, true).pairs.map(Arc::new);
+        assert!(pairs.is_some(), "the test level has pair penalties");
+        build_tables(board, 2, 4, &AtomicBool::new(false), &NoProgress).unwrap().0.with_pairs(pairs)
     }
 
     fn board(text: &str) -> Arc<Board> {
@@ -287,6 +370,11 @@ mod tests {
         save(&p, &t, LEVEL).unwrap();
         let back = load_for(&p, board(LEVEL)).unwrap();
         assert_eq!(back.tables, t.tables);
+        assert_eq!(back.pairs.as_ref().unwrap().parts(), t.pairs.as_ref().unwrap().parts());
+        // and without pair penalties
+        let none = t.clone().with_pairs(None);
+        save(&p, &none, LEVEL).unwrap();
+        assert!(load_for(&p, board(LEVEL)).unwrap().pairs.is_none());
         assert_eq!(read(&p).unwrap().level_text, LEVEL);
     }
 
@@ -303,6 +391,11 @@ mod tests {
         let mut b = good.clone();
         b[8] = 99;
         assert!(matches!(decode(p, &b), Err(KdbError::UnsupportedVersion { found: 99, .. })));
+        // a version 1 file (before the pair penalties) is refused, saying what to do
+        let mut b = good.clone();
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let e = decode(p, &b).err().unwrap();
+        assert!(e.to_string().contains("version 1 is not supported") && e.to_string().contains("deadlocks build"), "{e}");
         // truncated at every length: always an error, never a panic
         for cut in 0..good.len() {
             assert!(decode(p, &good[..cut]).is_err(), "cut at {cut}");
@@ -318,6 +411,12 @@ mod tests {
         let mid = good.len() / 2;
         b[mid] ^= 1;
         assert!(matches!(decode(p, &b), Err(KdbError::ChecksumMismatch { .. })));
+        // a pair section cut short, under a checksum that matches: corrupt, by
+        // the section's own sizes
+        let body = &good[..good.len() - 8 - 5];
+        let mut b = body.to_vec();
+        b.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(body).to_le_bytes());
+        assert!(matches!(decode(p, &b), Err(KdbError::Corrupt { .. })), "{:?}", decode(p, &b).err());
         // a database for another level is refused
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("x.kdb");

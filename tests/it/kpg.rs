@@ -161,12 +161,23 @@ fn deadlock_database_build_show_and_reuse() {
     assert_eq!(o.status.code(), Some(0));
     let show = String::from_utf8_lossy(&o.stdout);
     assert!(show.contains("k=2 forward") && show.contains("k=1 backward"), "{show}");
+    // the bounded search's pair penalties are kept too (level 93 has some)
+    assert!(show.contains("pair penalties: forward") && !show.contains("forward 0 square pairs"), "{show}");
 
-    // reuse: same push count as without tables
+    // reuse: same push count as without tables, and the same search as the
+    // same tables built in memory (the kept pair penalties bound alike)
     let o = sokoshard(&["solve", file, "--level", "93", "--deadlocks", db, "--json"]);
     assert_eq!(o.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
     assert_eq!(v["pushes"], 34);
+    assert_eq!(v["kpg"], 2);
+    let o = sokoshard(&["solve", file, "--level", "93", "--kpg", "2", "--json"]);
+    let built: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    assert_eq!(v["states"], built["states"]);
+    let bounds = |v: &serde_json::Value| -> Vec<(serde_json::Value, serde_json::Value)> {
+        v["iterations"].as_array().unwrap().iter().map(|i| (i["bound"].clone(), i["states"].clone())).collect()
+    };
+    assert_eq!(bounds(&v), bounds(&built));
 
     // a database for another level is refused with a clear error
     let o = sokoshard(&["solve", file, "--level", "92", "--deadlocks", db]);

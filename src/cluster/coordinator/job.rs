@@ -137,16 +137,22 @@ impl Deployment for ClusterDeployment<'_> {
         _cancel: &AtomicBool,
         _progress: &dyn KpgProgress,
     ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError> {
+        // a database keeps the pair penalties; a job's tables carry them to
+        // the workers when its bounded search adds them
+        let pairs = self.sh.record(self.id).is_some_and(|r| {
+            r.kind == Kind::Deadlocks || (!r.options.no_bound && !r.options.no_pair_penalties)
+        });
         let Some((bytes, secs, reused)) =
-            tables_for(&self.sh, self.id, &self.rt, board, choice, self.stop).map_err(engine_error)?
+            tables_for(&self.sh, self.id, &self.rt, board, choice, pairs, self.stop).map_err(engine_error)?
         else {
             return Ok(None);
         };
         if reused {
             self.tables_reused = Some(secs);
         }
-        let file = kdb::decode(&tables_path(&self.sh, self.id), &bytes)?;
-        Ok(Some((DeadlockTables::new(board.clone(), file.tables), Vec::new())))
+        let path = tables_path(&self.sh, self.id);
+        let file = kdb::decode(&path, &bytes)?;
+        Ok(Some((kdb::bind(&path, file, board.clone())?, Vec::new())))
     }
 
     fn search<K: StateKey>(

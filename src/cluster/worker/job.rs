@@ -119,16 +119,15 @@ pub trait WorkerJob: Send + Sync {
 pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
     let level = parse_one(&spec.level_text, "job").map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
     let board = Arc::new(Board::new(&level).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?);
-    let patterns: Option<Arc<dyn PatternCheck>> = if spec.kpg.is_empty() {
+    let tables: Option<Arc<DeadlockTables>> = if spec.kpg.is_empty() {
         None
     } else {
-        let file = kdb::decode(Path::new("<job tables>"), &spec.kpg)
-            .map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
-        if file.fingerprint != board.fingerprint() || file.floor != board.floor_count() {
-            return Err(ClusterError::InvalidArgument("the job's k-PG tables belong to another level".into()));
-        }
-        Some(Arc::new(DeadlockTables::new(board.clone(), file.tables)))
+        let path = Path::new("<job tables>");
+        let file = kdb::decode(path, &spec.kpg).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
+        Some(Arc::new(kdb::bind(path, file, board.clone()).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?))
     };
+    let kept_pairs = tables.as_ref().and_then(|t| t.pairs.clone());
+    let patterns = tables.map(|t| t as Arc<dyn PatternCheck>);
     let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze, pi_corrals: !spec.no_pi_corrals };
     if spec.boxes != 0 {
         // a k-game of the k-PG tables: all state prunings and no move pruning,
@@ -142,7 +141,10 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
     }
     // the bounded search's filter, built here from the level as the
     // coordinator's driver built it
-    let bound = spec.bound.map(|(limit, pairs)| Bound { lower: Arc::new(LowerBounds::new(&board, pairs)), limit });
+    let bound = spec.bound.map(|(limit, pairs)| Bound {
+        lower: Arc::new(LowerBounds::with_kept_pairs(&board, pairs, kept_pairs.as_deref())),
+        limit,
+    });
     fn full<K: StateKey>(
         spec: JobSpec,
         board: Arc<Board>,
