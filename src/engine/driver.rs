@@ -197,8 +197,8 @@ fn search<K: StateKey, D: Deployment>(
 ) -> Result<(), EngineError> {
     let patterns = tables.clone().map(|t| t as Arc<dyn PatternCheck>);
     let kept = tables.as_ref().and_then(|t| t.pairs.as_deref());
-    let lower =
-        (spec.bound != BoundSpec::Off).then(|| Arc::new(LowerBounds::with_kept_pairs(board, spec.pair_penalties, kept)));
+    let lower = (spec.bound != BoundSpec::Off)
+        .then(|| Arc::new(LowerBounds::with_kept_pairs(board, spec.pair_penalties, kept)));
     let mut limit = match (&lower, spec.bound) {
         (None, _) => None,
         (Some(lower), bound) => {

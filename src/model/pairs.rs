@@ -190,7 +190,10 @@ impl PairPenalties {
         }
         for side in 0..2 {
             if parts.regional_at[side].len() != pairs {
-                return Err(format!("regional index of {} pairs, the board has {pairs}", parts.regional_at[side].len()));
+                return Err(format!(
+                    "regional index of {} pairs, the board has {pairs}",
+                    parts.regional_at[side].len()
+                ));
             }
             if let Some(&i) = parts.regional_at[side].iter().find(|&&i| i as usize > parts.regional[side].len()) {
                 return Err(format!("regional index entry {i} past the {} entries", parts.regional[side].len()));

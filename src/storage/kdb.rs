@@ -395,7 +395,10 @@ mod tests {
         let mut b = good.clone();
         b[8..12].copy_from_slice(&1u32.to_le_bytes());
         let e = decode(p, &b).err().unwrap();
-        assert!(e.to_string().contains("version 1 is not supported") && e.to_string().contains("deadlocks build"), "{e}");
+        assert!(
+            e.to_string().contains("version 1 is not supported") && e.to_string().contains("deadlocks build"),
+            "{e}"
+        );
         // truncated at every length: always an error, never a panic
         for cut in 0..good.len() {
             assert!(decode(p, &good[..cut]).is_err(), "cut at {cut}");

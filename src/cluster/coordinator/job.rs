@@ -139,9 +139,10 @@ impl Deployment for ClusterDeployment<'_> {
     ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError> {
         // a database keeps the pair penalties; a job's tables carry them to
         // the workers when its bounded search adds them
-        let pairs = self.sh.record(self.id).is_some_and(|r| {
-            r.kind == Kind::Deadlocks || (!r.options.no_bound && !r.options.no_pair_penalties)
-        });
+        let pairs = self
+            .sh
+            .record(self.id)
+            .is_some_and(|r| r.kind == Kind::Deadlocks || (!r.options.no_bound && !r.options.no_pair_penalties));
         let Some((bytes, secs, reused)) =
             tables_for(&self.sh, self.id, &self.rt, board, choice, pairs, self.stop).map_err(engine_error)?
         else {

@@ -85,6 +85,12 @@ pub(super) fn tables_for(
     std::fs::write(&tmp, &bytes).map_err(|e| ClusterError::io(format!("writing {}", tmp.display()), e))?;
     std::fs::rename(&tmp, &path).map_err(|e| ClusterError::io(format!("writing {}", path.display()), e))?;
     sh.update(id, true, |r| r.kpg_seconds = secs)?;
-    tracing::info!(job = id, k = tables.max_k(), bytes = bytes.len(), seconds = secs, "k-pg tables built on the cluster");
+    tracing::info!(
+        job = id,
+        k = tables.max_k(),
+        bytes = bytes.len(),
+        seconds = secs,
+        "k-pg tables built on the cluster"
+    );
     Ok(Some((bytes, secs, false)))
 }

@@ -2,6 +2,7 @@
 //! that can still move must each reach a different free target.
 
 use super::*;
+use rustc_hash::FxHashMap;
 
 /// The freeze prunings after a move onto `moved` (occupancy updated, `boxes`
 /// the new set): a box frozen off its targets, or frozen boxes all on targets
@@ -34,7 +35,18 @@ pub(super) struct Matching {
     pub(super) owner: Vec<u32>,
     /// Per target: the augmenting round that last visited it.
     pub(super) seen: Vec<u32>,
+    /// The free targets and their `reach` by frozen set (the move kind, then
+    /// the sorted frozen squares): the same boxes freeze in many states, and
+    /// the floods are most of the test's cost (on Microban II #131, where
+    /// boxes freeze on goals all the time, they took 44% of the search).
+    pub(super) cache: FxHashMap<Vec<u16>, (Vec<u16>, Vec<u64>)>,
+    /// Words held by `cache`; it is emptied past [`CACHE_WORDS`].
+    pub(super) cache_words: usize,
+    key: Vec<u16>,
 }
+
+/// Most reach words the cache of one [`Scratch`] holds (4 MiB).
+const CACHE_WORDS: usize = 1 << 19;
 
 /// After a move froze boxes that all sit on targets (`sc.frozen`; goals forward,
 /// start squares backward), true when the boxes that can still move cannot each
@@ -65,41 +77,28 @@ pub(super) fn frozen_targets_unmatched(
     let walls = &sc.tmp_wall;
     m.boxes.clear();
     m.boxes.extend(boxes.iter().copied().filter(|&b| !walls[b as usize]));
-    m.targets.clear();
-    m.targets.extend(targets.iter().copied().filter(|&t| !walls[t as usize]));
+    m.key.clear();
+    m.key.push(kind as u16);
+    m.key.extend_from_slice(&sc.frozen);
+    m.key[1..].sort_unstable();
+    let row = board.floor_count().div_ceil(64);
+    if let Some((targets, reach)) = m.cache.get(&m.key) {
+        m.targets.clone_from(targets);
+        m.reach.clone_from(reach);
+    } else {
+        m.targets.clear();
+        m.targets.extend(targets.iter().copied().filter(|&t| !walls[t as usize]));
+        reach_targets(board, m, walls, row, kind);
+        if m.cache_words + m.reach.len() > CACHE_WORDS {
+            m.cache.clear();
+            m.cache_words = 0;
+        }
+        m.cache_words += m.reach.len();
+        m.cache.insert(m.key.clone(), (m.targets.clone(), m.reach.clone()));
+    }
     let dead = if m.boxes.len() > m.targets.len() {
         true
     } else {
-        let row = board.floor_count().div_ceil(64);
-        m.reach.clear();
-        m.reach.resize(m.targets.len() * row, 0);
-        for (j, &t) in m.targets.iter().enumerate() {
-            let bits = &mut m.reach[j * row..(j + 1) * row];
-            bits[t as usize / 64] |= 1 << (t % 64);
-            m.queue.clear();
-            m.queue.push(t);
-            while let Some(u) = m.queue.pop() {
-                for d in 0..DIRS {
-                    // forward: a push in `d` that ends on `u` came from `s`, the
-                    // player behind it on `p`; backward: a pull that ends on `u`
-                    // is the reverse of a push from `u`, player on the far side
-                    let (s, p) = match kind {
-                        MoveKind::Push => {
-                            let s = board.neighbour(u, opposite(d));
-                            (s, if s == NONE { NONE } else { board.neighbour(s, opposite(d)) })
-                        }
-                        MoveKind::Pull => (board.neighbour(u, d), board.neighbour(u, opposite(d))),
-                    };
-                    if s == NONE || p == NONE || walls[s as usize] || walls[p as usize] {
-                        continue;
-                    }
-                    if bits[s as usize / 64] >> (s % 64) & 1 == 0 {
-                        bits[s as usize / 64] |= 1 << (s % 64);
-                        m.queue.push(s);
-                    }
-                }
-            }
-        }
         m.owner.clear();
         m.owner.resize(m.targets.len(), u32::MAX);
         m.seen.clear();
@@ -117,6 +116,40 @@ pub(super) fn frozen_targets_unmatched(
         sc.tmp_wall[f as usize] = false;
     }
     dead
+}
+
+/// Per free target of `m.targets`, into `m.reach`: the squares a lone box can
+/// be moved (by `kind`) to it from, with `walls` blocked.
+fn reach_targets(board: &Board, m: &mut Matching, walls: &[bool], row: usize, kind: MoveKind) {
+    m.reach.clear();
+    m.reach.resize(m.targets.len() * row, 0);
+    for (j, &t) in m.targets.iter().enumerate() {
+        let bits = &mut m.reach[j * row..(j + 1) * row];
+        bits[t as usize / 64] |= 1 << (t % 64);
+        m.queue.clear();
+        m.queue.push(t);
+        while let Some(u) = m.queue.pop() {
+            for d in 0..DIRS {
+                // forward: a push in `d` that ends on `u` came from `s`, the
+                // player behind it on `p`; backward: a pull that ends on `u`
+                // is the reverse of a push from `u`, player on the far side
+                let (s, p) = match kind {
+                    MoveKind::Push => {
+                        let s = board.neighbour(u, opposite(d));
+                        (s, if s == NONE { NONE } else { board.neighbour(s, opposite(d)) })
+                    }
+                    MoveKind::Pull => (board.neighbour(u, d), board.neighbour(u, opposite(d))),
+                };
+                if s == NONE || p == NONE || walls[s as usize] || walls[p as usize] {
+                    continue;
+                }
+                if bits[s as usize / 64] >> (s % 64) & 1 == 0 {
+                    bits[s as usize / 64] |= 1 << (s % 64);
+                    m.queue.push(s);
+                }
+            }
+        }
+    }
 }
 
 /// Kuhn's augmenting path from box `i`, in round `round`.
