@@ -43,6 +43,7 @@ pub(super) struct Matching {
     /// Words held by `cache`; it is emptied past [`CACHE_WORDS`].
     pub(super) cache_words: usize,
     key: Vec<u16>,
+    unmatched: Vec<usize>,
 }
 
 /// Most reach words the cache of one [`Scratch`] holds (4 MiB).
@@ -103,13 +104,26 @@ pub(super) fn frozen_targets_unmatched(
         m.owner.resize(m.targets.len(), u32::MAX);
         m.seen.clear();
         m.seen.resize(m.targets.len(), 0);
+        // each box first takes a free target it reaches, if any (most do:
+        // the augmenting paths are then left for the few that compete)
+        let mut unmatched = std::mem::take(&mut m.unmatched);
+        unmatched.clear();
+        for (i, &b) in m.boxes.iter().enumerate() {
+            let free = (0..m.targets.len())
+                .find(|&j| m.owner[j] == u32::MAX && m.reach[j * row + b as usize / 64] >> (b % 64) & 1 != 0);
+            match free {
+                Some(j) => m.owner[j] = i as u32,
+                None => unmatched.push(i),
+            }
+        }
         let mut matched = true;
-        for i in 0..m.boxes.len() {
-            if !augment(m, row, i, i as u32 + 1) {
+        for (round, &i) in unmatched.iter().enumerate() {
+            if !augment(m, row, i, round as u32 + 1) {
                 matched = false;
                 break;
             }
         }
+        m.unmatched = unmatched;
         !matched
     };
     for &f in &sc.frozen {
