@@ -4,6 +4,7 @@
 mod cli;
 
 use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -53,6 +54,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SOKOSHARD_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
+        // colour codes only for a person at a terminal, never in a log file
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let result = match args.command {
         Command::Levels(a) => cli::levels::run_levels(a),

@@ -4,6 +4,7 @@
 use serde::Serialize;
 use sokoshard::solve::{SolveReport, Status};
 use sokoshard::sys::{human_bytes, peak_rss_bytes};
+use std::io::IsTerminal;
 use std::io::Write;
 use std::time::Duration;
 
@@ -111,7 +112,10 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
         }
         (None, Some(e)) => {
             let _ = writeln!(out, "level {index} ({title}): error: {e}");
-            eprintln!("error: {e}");
+            drop(out);
+            if error_also_on_stderr(std::io::stdout().is_terminal(), std::io::stderr().is_terminal()) {
+                eprintln!("error: {e}");
+            }
         }
         (None, None) => {}
     }
@@ -136,4 +140,23 @@ pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) {
         errors,
         total.as_secs_f64()
     );
+}
+
+/// Whether a level's error, printed with the results on stdout, is printed on
+/// stderr too: only when the two do not end on the same terminal, where a
+/// person would read the same line twice. With stdout redirected (to a file,
+/// a pipe) the error still reaches the person at stderr.
+fn error_also_on_stderr(stdout_terminal: bool, stderr_terminal: bool) -> bool {
+    !(stdout_terminal && stderr_terminal)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_level_error_prints_once_on_a_terminal_and_reaches_stderr_otherwise() {
+        assert!(!super::error_also_on_stderr(true, true));
+        assert!(super::error_also_on_stderr(false, true));
+        assert!(super::error_also_on_stderr(false, false));
+        assert!(super::error_also_on_stderr(true, false));
+    }
 }

@@ -255,3 +255,18 @@ fn ctrl_c_stops_cleanly_and_still_prints() {
     assert_eq!(lines[0]["reason"], "interrupted");
     assert!(lines[0]["states"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    // a coordinator's log file was full of escape codes
+    let file = repo("levels/Microban_155.xsb");
+    let o = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(["solve", file.to_str().unwrap(), "--level", "1"])
+        .env("SOKOSHARD_LOG", "info")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let log = stderr(&o);
+    assert!(log.contains("k-pg table built"), "{log}");
+    assert!(!log.contains('\u{1b}'), "{log:?}");
+}

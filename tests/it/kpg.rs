@@ -163,7 +163,10 @@ fn deadlock_database_build_show_and_reuse() {
     assert!(show.contains("k=2 forward") && show.contains("k=1 backward"), "{show}");
     // the bounded search's pair penalties are kept too (level 93 has dead
     // pairs and pairs whose penalty depends on the player's region)
-    assert!(show.contains("pair penalties: forward") && show.contains("76 pairs depend on the player's region"), "{show}");
+    assert!(
+        show.contains("pair penalties: forward") && show.contains("76 pairs depend on the player's region"),
+        "{show}"
+    );
 
     // reuse: same push count as without tables, and the same search as the
     // same tables built in memory (the kept pair penalties bound alike)
