@@ -695,3 +695,38 @@ fn build_locally_and_on_the_cluster(c: &Cluster, level: &str, k: &str) -> (Vec<u
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
     (std::fs::read(&local_db).unwrap(), std::fs::read(&cluster_db).unwrap())
 }
+
+#[test]
+fn cancel_timeout_and_max_states_stop_cluster_jobs() {
+    // each layer takes at least 250 ms, so Microban I #3 (23 layers) runs for
+    // seconds: long enough to cancel, longer than a one-second timeout
+    let mut c = Cluster::start(&["--min-workers", "1", "--layer-delay-ms", "250"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let id = submit_detached(&c, "3");
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 2 && job(st, id)["state"] == "running");
+    let o = c.cli(&["cancel", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with(&format!("job {id}: ")), "{o:?}");
+    let st = c.wait_for("the job to be cancelled", 30, |st| job(st, id)["state"] == "cancelled");
+    assert!(job(&st, id)["result"]["status"] != "solved", "{st}");
+    // a job that is not there: a plain error, not a panic or a hang
+    let o = c.cli(&["cancel", "999999"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("999999"), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    let o = c.cli(&["submit", file, "--level", "3", "--timeout", "1", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["status"], "timeout", "{v}");
+    assert!(v["seconds"].as_f64().unwrap() >= 1.0 && v["seconds"].as_f64().unwrap() < 10.0, "{v}");
+
+    // the bounded search stores 16 states on #3: a limit of 10 stops it
+    let o = c.cli(&["submit", file, "--level", "3", "--max-states", "10", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["status"], "limit", "{v}");
+    assert!(v["states"].as_u64().unwrap() >= 10 && v["states"].as_u64().unwrap() < 16, "{v}");
+}
