@@ -730,3 +730,22 @@ fn cancel_timeout_and_max_states_stop_cluster_jobs() {
     assert_eq!(v["status"], "limit", "{v}");
     assert!(v["states"].as_u64().unwrap() >= 10 && v["states"].as_u64().unwrap() < 16, "{v}");
 }
+
+#[test]
+fn a_lost_worker_that_never_returns_fails_the_job_after_the_resume_timeout() {
+    let mut c = Cluster::start(
+        &["--min-workers", "2", "--layer-delay-ms", "250", "--heartbeat-timeout", "1.5", "--resume-timeout", "3"],
+        &[],
+    );
+    c.start_worker(0);
+    c.start_worker(1);
+    c.wait_workers(2);
+    let id = submit_detached(&c, "3");
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 2 && job(st, id)["state"] == "running");
+    c.workers[1].kill(); // and never started again
+    let st = c.wait_for("the job to fail", 60, |st| job(st, id)["state"] == "failed");
+    let msg = job(&st, id)["message"].as_str().unwrap().to_string();
+    // the message docs/cluster.md promises: the job fails saying the worker stayed away
+    assert!(msg.contains("did not come back with its data within 3 s"), "{msg}\n{}", c.logs());
+    assert!(job(&st, id)["result"].is_null(), "a failed job has no answer: {st}");
+}
