@@ -148,3 +148,59 @@ pub fn reference_bfs(board: &Board) -> Option<usize> {
     }
     None
 }
+
+/// What a property test over random levels really checked: the cases that ran
+/// the check (levels that make no board are rejected and generated again,
+/// never counted as passes), and of those the solvable, the unsolvable and
+/// those with two or more boxes.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub ran: usize,
+    pub solvable: usize,
+    pub unsolvable: usize,
+    pub several_boxes: usize,
+}
+
+impl Tally {
+    /// Fails unless each kind of case is at least `share` of the cases run
+    /// (`unsolvable` too when `solvability` is true): a generator that drifts
+    /// into trivial levels fails the test instead of passing it.
+    pub fn assert_covers(&self, cases: u32, share: f64, solvability: bool) {
+        let least = (cases as f64 * share).ceil() as usize;
+        assert_eq!(self.ran, cases as usize, "{self:?}");
+        assert!(self.several_boxes >= least, "too few levels with several boxes: {self:?}");
+        if solvability {
+            assert!(self.solvable >= least && self.unsolvable >= least, "too few of one kind: {self:?}");
+        }
+    }
+}
+
+/// Runs `check` on `cases` generated levels that make a board and tallies
+/// them; `check` returns whether the level is solvable where it knows.
+pub fn for_levels(
+    cases: u32,
+    levels: impl Strategy<Value = String>,
+    check: impl Fn(&str, Board) -> Result<Option<bool>, TestCaseError>,
+) -> Tally {
+    use proptest::test_runner::{Config, TestRunner};
+    let tally = std::cell::Cell::new(Tally::default());
+    let mut runner = TestRunner::new(Config { cases, max_global_rejects: cases * 50, ..Config::default() });
+    let result = runner.run(&levels, |text| {
+        let board = board_of(&text);
+        prop_assume!(board.is_some());
+        let board = board.unwrap();
+        let several = board.box_count() >= 2;
+        let solvable = check(&text, board)?;
+        let mut t = tally.get();
+        t.ran += 1;
+        t.several_boxes += several as usize;
+        t.solvable += (solvable == Some(true)) as usize;
+        t.unsolvable += (solvable == Some(false)) as usize;
+        tally.set(t);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    tally.get()
+}

@@ -1,7 +1,7 @@
 //! The engine against a plain forward BFS, and its independence from threads and
 //! partitions.
 
-use crate::common::{board_of, level_with_boxes, reference_bfs, repo, small_level, truth};
+use crate::common::{board_of, for_levels, level_with_boxes, reference_bfs, repo, small_level, truth};
 use proptest::prelude::*;
 use sokoshard::engine::search::NoProgress;
 use sokoshard::model::board::Board;
@@ -28,26 +28,26 @@ fn solve_with(
     (r.status, r.pushes, r.solution)
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
-
-    #[test]
-    fn bidirectional_matches_forward_bfs(text in small_level()) {
-        let Some(board) = board_of(&text) else { return Ok(()) };
+#[test]
+fn bidirectional_matches_forward_bfs() {
+    let tally = for_levels(300, small_level(), |text, board| {
         let expect = reference_bfs(&board);
         let (status, pushes, solution) = solve(&board, 8, 2);
         match expect {
             Some(n) => {
                 prop_assert_eq!(status, Status::Solved, "{}", text);
                 prop_assert_eq!(pushes, Some(n), "{}", text);
-                let level = sokoshard::model::level::parse_one(&text, "gen").unwrap();
+                let level = sokoshard::model::level::parse_one(text, "gen").unwrap();
                 let v = verify(&level, solution.as_deref().unwrap());
                 prop_assert!(v.valid, "{}: {:?}", text, v);
                 prop_assert_eq!(v.pushes, n);
             }
             None => prop_assert_eq!(status, Status::Unsolvable, "{}", text),
         }
-    }
+        Ok(Some(expect.is_some()))
+    });
+    eprintln!("bidirectional_matches_forward_bfs: {tally:?}");
+    tally.assert_covers(300, 0.07, true);
 }
 
 proptest! {
@@ -58,7 +58,9 @@ proptest! {
     /// solution that verifies) as the search without the restriction.
     #[test]
     fn pi_corrals_keep_the_optimum_on_crowded_levels(text in level_with_boxes(3, 5)) {
-        let Some(board) = board_of(&text) else { return Ok(()) };
+        let board = board_of(&text);
+        prop_assume!(board.is_some());
+        let board = board.unwrap();
         let (status, pushes, _) = solve_with(&board, 8, 2, Pruning::ALL);
         let (c_status, c_pushes, c_solution) = solve_with(&board, 8, 2, Pruning::SOLVE);
         prop_assert_eq!(c_status, status, "{}", text);

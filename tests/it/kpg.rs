@@ -1,7 +1,9 @@
 //! k-PG deadlock tables never change an answer, and the database file round-trips
 //! through the CLI with its refusals.
 
-use crate::common::{board_of, goal_seeds, reach_states, reference_bfs, repo, small_level, start_state, truth, State};
+use crate::common::{
+    board_of, for_levels, goal_seeds, reach_states, reference_bfs, repo, small_level, start_state, truth, State,
+};
 use proptest::prelude::*;
 use sokoshard::engine::kpg::{unpack, DeadPlayers, DeadlockTables};
 use sokoshard::engine::search::NoProgress;
@@ -34,12 +36,9 @@ fn solve_with_k_bound(board: &Board, k: usize, bound: BoundSpec) -> (Status, Opt
     (r.status, r.pushes, r.solution, r.states)
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
-
-    #[test]
-    fn tables_never_change_the_answer_on_random_levels(text in small_level()) {
-        let Some(board) = board_of(&text) else { return Ok(()) };
+#[test]
+fn tables_never_change_the_answer_on_random_levels() {
+    let tally = for_levels(150, small_level(), |text, board| {
         let expect = reference_bfs(&board);
         for k in 1..=3 {
             let (status, pushes, solution, _) = solve_with_k(&board, k);
@@ -47,13 +46,15 @@ proptest! {
                 Some(n) => {
                     prop_assert_eq!(status, Status::Solved, "k={} {}", k, text);
                     prop_assert_eq!(pushes, Some(n), "k={} {}", k, text);
-                    let level = sokoshard::model::level::parse_one(&text, "gen").unwrap();
+                    let level = sokoshard::model::level::parse_one(text, "gen").unwrap();
                     prop_assert!(verify(&level, solution.as_deref().unwrap()).valid);
                 }
                 None => prop_assert_eq!(status, Status::Unsolvable, "k={} {}", k, text),
             }
         }
-    }
+        Ok(Some(expect.is_some()))
+    });
+    tally.assert_covers(150, 0.07, true);
 }
 
 proptest! {
@@ -67,10 +68,9 @@ proptest! {
     /// a search stores live states only, so no deadlock test can do better.
     #[test]
     fn tables_at_the_box_count_leave_exactly_the_live_states(text in small_level()) {
-        let Some(board) = board_of(&text) else { return Ok(()) };
-        if board.unsolvable.is_some() || board.box_count() != board.goals.len() {
-            return Ok(());
-        }
+        let board = board_of(&text);
+        prop_assume!(board.as_ref().is_some_and(|b| b.unsolvable.is_none() && b.box_count() == b.goals.len()));
+        let board = board.unwrap();
         let board = Arc::new(board);
         let (tables, _) =
             build_tables(board.clone(), board.box_count(), 4, &AtomicBool::new(false), &NoProgress).unwrap();

@@ -1,7 +1,7 @@
 //! Rules as properties: pushes and pulls mirror each other; the parser never
 //! panics on arbitrary bytes.
 
-use crate::common::{board_of, goal_seeds, reach_states, small_level, start_state, State};
+use crate::common::{for_levels, goal_seeds, reach_states, small_level, start_state, State};
 use proptest::prelude::*;
 use sokoshard::model::board::Board;
 use sokoshard::model::level::split_collection;
@@ -35,20 +35,6 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     #[test]
-    fn push_successor_iff_pull_predecessor(text in small_level()) {
-        let Some(board) = board_of(&text) else { return Ok(()) };
-        let mut sc = Scratch::new(&board);
-        for s in sample_states(&board, &mut sc, 300) {
-            for t in pushes(&board, &mut sc, &s) {
-                prop_assert!(pulls(&board, &mut sc, &t).contains(&s), "{}: push {:?} -> {:?} has no pull back", text, s, t);
-            }
-            for t in pulls(&board, &mut sc, &s) {
-                prop_assert!(pushes(&board, &mut sc, &t).contains(&s), "{}: pull {:?} -> {:?} has no push back", text, s, t);
-            }
-        }
-    }
-
-    #[test]
     fn parser_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         let text = String::from_utf8_lossy(&bytes);
         for l in split_collection(&text, "fuzz") {
@@ -67,4 +53,33 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn push_successor_iff_pull_predecessor() {
+    let tally = for_levels(200, small_level(), |text, board| {
+        let mut sc = Scratch::new(&board);
+        for s in sample_states(&board, &mut sc, 300) {
+            for t in pushes(&board, &mut sc, &s) {
+                prop_assert!(
+                    pulls(&board, &mut sc, &t).contains(&s),
+                    "{}: push {:?} -> {:?} has no pull back",
+                    text,
+                    s,
+                    t
+                );
+            }
+            for t in pulls(&board, &mut sc, &s) {
+                prop_assert!(
+                    pushes(&board, &mut sc, &t).contains(&s),
+                    "{}: pull {:?} -> {:?} has no push back",
+                    text,
+                    s,
+                    t
+                );
+            }
+        }
+        Ok(None)
+    });
+    tally.assert_covers(200, 0.3, false);
 }
