@@ -32,21 +32,20 @@ pub fn small_level() -> impl Strategy<Value = String> {
 /// about a quarter of the boxes start on a goal, and in about a fifth of the
 /// levels the player starts on one.
 pub fn level_with_boxes(min: usize, max: usize) -> impl Strategy<Value = String> {
-    (
-        3usize..=7,
-        3usize..=6,
-        min..=max,
-        proptest::collection::vec(0u8..100, 42),
-        proptest::collection::vec(0usize..1000, 1 + 2 * max),
-        proptest::collection::vec(0u8..100, max + 1),
-    )
-        .prop_map(move |(w, h, nboxes, noise, picks, on_goal)| draw(w, h, nboxes, &noise, &picks, Some(&on_goal)))
+    (draws(min, max), proptest::collection::vec(0u8..100, max + 1))
+        .prop_map(|((w, h, nboxes, noise, picks), on_goal)| draw(w, h, nboxes, &noise, &picks, Some(&on_goal)))
 }
 
 /// [`level_with_boxes`] as it was before boxes and the player could start on
 /// goals: the same stream of levels for a given seed, for the one test whose
 /// assertion counts what a fixed seed's levels give.
 pub fn level_with_boxes_apart(min: usize, max: usize) -> impl Strategy<Value = String> {
+    draws(min, max).prop_map(|(w, h, nboxes, noise, picks)| draw(w, h, nboxes, &noise, &picks, None))
+}
+
+/// Width, height, box count, wall noise and the picks of free squares.
+#[allow(clippy::type_complexity)]
+fn draws(min: usize, max: usize) -> impl Strategy<Value = (usize, usize, usize, Vec<u8>, Vec<usize>)> {
     (
         3usize..=7,
         3usize..=6,
@@ -54,7 +53,6 @@ pub fn level_with_boxes_apart(min: usize, max: usize) -> impl Strategy<Value = S
         proptest::collection::vec(0u8..100, 42),
         proptest::collection::vec(0usize..1000, 1 + 2 * max),
     )
-        .prop_map(|(w, h, nboxes, noise, picks)| draw(w, h, nboxes, &noise, &picks, None))
 }
 
 /// The level of one draw: walls from `noise`, then the player, the boxes and
