@@ -7,7 +7,6 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sokoshard::engine::kpg::{unpack, DeadPlayers, KStats, KTable, Packed, MAX_K};
 use sokoshard::model::board::Board;
-use sokoshard::model::bounds::LowerBounds;
 use sokoshard::model::level::parse_one;
 use sokoshard::model::pairs::DEAD;
 use sokoshard::solve::build_tables;
@@ -101,7 +100,7 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
         pool.install(|| build_tables(board.clone(), args.k, 16, &AtomicBool::new(false), &progress))?;
     progress.finish();
     // the bounded search's pair penalties go into the file beside the patterns
-    let tables = tables.with_pairs(LowerBounds::new(&board, true).pairs.map(Arc::new));
+    let tables = tables.with_level_pairs();
     let bytes = kdb::save(&args.output, &tables, &level.to_xsb())?;
     report_build(&args, &stats, &tables.tables, bytes)
 }

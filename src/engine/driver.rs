@@ -296,11 +296,11 @@ fn search<K: StateKey, D: Deployment>(
     }
 }
 
-/// Did the bound drop too little of an iteration to pay for itself? Under
 /// Iterations this small (about a second of work) are followed by the
 /// smallest step (see [`next_bound`]).
 const SMALL_ITERATION: u64 = 1 << 20;
 
+/// Did the bound drop too little of an iteration to pay for itself? Under
 /// 15% of the successors of an iteration of 10^4 states or more.
 fn weak(stats: &SearchStats) -> bool {
     let pruned = stats.bound_pruned();

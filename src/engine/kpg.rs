@@ -27,6 +27,7 @@
 use super::search::Progress;
 use super::{EngineError, PatternCheck, Problem, Side};
 use crate::model::board::Board;
+use crate::model::bounds::LowerBounds;
 use crate::model::key::KeyWidth;
 use crate::model::pairs::PairPenalties;
 use crate::model::rules::{goal_states, normalize_player, Pruning, Scratch};
@@ -269,6 +270,14 @@ impl DeadlockTables {
     pub fn with_pairs(mut self, pairs: Option<Arc<PairPenalties>>) -> Self {
         self.pairs = pairs;
         self
+    }
+
+    /// The same tables with their level's pair penalties built and kept
+    /// beside them (none where the board has none that add anything), as a
+    /// database keeps them.
+    pub fn with_level_pairs(self) -> Self {
+        let pairs = LowerBounds::new(&self.board, true).pairs.map(Arc::new);
+        self.with_pairs(pairs)
     }
 
     pub fn max_k(&self) -> usize {

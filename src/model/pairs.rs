@@ -62,6 +62,11 @@ pub struct PairPenalties {
     useful: bool,
 }
 
+/// Whether the tables hold any penalty (or dead pair) at all.
+fn any_penalty(forward: &[u8], backward: &[u8], regional: [&[[u8; MAX_REGIONS]]; 2]) -> bool {
+    forward.iter().chain(backward).any(|&p| p > 0) || regional.iter().any(|r| r.iter().flatten().any(|&p| p > 0))
+}
+
 /// [`PairPenalties`] as plain data: the tables a file keeps (the region labels
 /// are not kept: they follow from the board).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,8 +156,7 @@ impl PairPenalties {
         let regions = Regions::new(board);
         let (forward, at_f, regional_f) = side_table(board, &regions, dist, true);
         let (backward, at_b, regional_b) = side_table(board, &regions, dist, false);
-        let useful = forward.iter().chain(&backward).any(|&p| p > 0)
-            || regional_f.iter().chain(&regional_b).any(|r| r.iter().any(|&p| p > 0));
+        let useful = any_penalty(&forward, &backward, [&regional_f, &regional_b]);
         Some(PairPenalties {
             floor,
             forward,
@@ -199,8 +203,7 @@ impl PairPenalties {
                 return Err(format!("regional index entry {i} past the {} entries", parts.regional[side].len()));
             }
         }
-        let useful = parts.forward.iter().chain(&parts.backward).any(|&p| p > 0)
-            || parts.regional.iter().flatten().any(|r| r.iter().any(|&p| p > 0));
+        let useful = any_penalty(&parts.forward, &parts.backward, [&parts.regional[0], &parts.regional[1]]);
         Ok(PairPenalties {
             floor,
             forward: parts.forward,

@@ -342,7 +342,6 @@ impl From<KdbError> for crate::engine::EngineError {
 mod tests {
     use super::*;
     use crate::engine::search::NoProgress;
-    use crate::model::bounds::LowerBounds;
     use crate::model::level::parse_one;
     use crate::solve::build_tables;
     use std::sync::atomic::AtomicBool;
@@ -353,9 +352,9 @@ mod tests {
     /// Tables with the pair penalties kept, so that every test covers both.
     fn tables(text: &str) -> DeadlockTables {
         let board = Arc::new(Board::new(&parse_one(text, "t").unwrap()).unwrap());
-        let pairs = LowerBounds::new(&board, true).pairs.map(Arc::new);
-        assert!(pairs.is_some(), "the test level has pair penalties");
-        build_tables(board, 2, 4, &AtomicBool::new(false), &NoProgress).unwrap().0.with_pairs(pairs)
+        let t = build_tables(board, 2, 4, &AtomicBool::new(false), &NoProgress).unwrap().0.with_level_pairs();
+        assert!(t.pairs.is_some(), "the test level has pair penalties");
+        t
     }
 
     fn board(text: &str) -> Arc<Board> {

@@ -10,7 +10,6 @@ use crate::engine::kpg::{build_tables_with, DeadlockTables, KChoice, KStats};
 use crate::engine::search::{exhaust, Limits, NoProgress, SearchEnd};
 use crate::engine::{Problem, Side};
 use crate::model::board::Board;
-use crate::model::bounds::LowerBounds;
 use crate::storage::kdb;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -75,7 +74,7 @@ pub(super) fn tables_for(
     // the bounded search's pair penalties travel with the patterns, so that
     // every worker (and a restarted coordinator) reads them instead of
     // playing the 2-box games again
-    let tables = tables.with_pairs(if pairs { LowerBounds::new(board, true).pairs.map(Arc::new) } else { None });
+    let tables = if pairs { tables.with_level_pairs() } else { tables };
     let secs = started.elapsed().as_secs_f64();
     let bytes = kdb::encode(&tables, &rec.level_text);
     let dir = path.parent().expect("tables dir");

@@ -123,8 +123,8 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
         None
     } else {
         let path = Path::new("<job tables>");
-        let file = kdb::decode(path, &spec.kpg).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
-        Some(Arc::new(kdb::bind(path, file, board.clone()).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?))
+        let bound = kdb::decode(path, &spec.kpg).and_then(|file| kdb::bind(path, file, board.clone()));
+        Some(Arc::new(bound.map_err(|e| ClusterError::InvalidArgument(e.to_string()))?))
     };
     let kept_pairs = tables.as_ref().and_then(|t| t.pairs.clone());
     let patterns = tables.map(|t| t as Arc<dyn PatternCheck>);
