@@ -1,9 +1,8 @@
 //! The bounded search: its lower bound never exceeds a true distance, it keeps
 //! every answer, and its iterations and `--upper-bound` end as they should.
 
-use crate::common::{
-    board_of, goal_seeds, level_with_boxes, level_with_boxes_apart, reference_bfs, repo, start_state, State,
-};
+use crate::common::{board_of, goal_seeds, level_with_boxes, level_with_boxes_apart, repo, start_state, State};
+use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::search::NoProgress;
 use sokoshard::model::board::Board;
@@ -192,7 +191,7 @@ proptest! {
         let board = board_of(&text);
         prop_assume!(board.is_some());
         let board = board.unwrap();
-        let expect = reference_bfs(&board);
+        let expect = reference_pushes(&text);
         let (status, pushes, _) = solve_bounded(&board, BoundSpec::Iterate);
         let plain = solve_bounded(&board, BoundSpec::Off);
         prop_assert_eq!((plain.0, plain.1), (status, pushes), "{}", text);

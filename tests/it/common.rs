@@ -1,10 +1,10 @@
-//! Shared helpers: random small levels, the truth table, a reference forward BFS.
+//! Shared helpers: random small levels, the truth table, states as the tests hold them.
 
 use proptest::prelude::*;
 use sokoshard::model::board::Board;
 use sokoshard::model::level::parse_one;
-use sokoshard::model::rules::{for_each_push, goal_states, normalize_player, Pruning, Scratch};
-use std::collections::{HashSet, VecDeque};
+use sokoshard::model::rules::{goal_states, normalize_player, Scratch};
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 pub fn repo(path: &str) -> PathBuf {
@@ -101,6 +101,46 @@ fn draw(w: usize, h: usize, nboxes: usize, noise: &[u8], picks: &[usize], on_goa
     grid.into_iter().map(|r| r.into_iter().collect::<String>()).collect::<Vec<_>>().join("\n") + "\n"
 }
 
+/// [`level_with_boxes`] with a room of `n` x `m` blocks of 2 x 2 boxes on goals
+/// below it, so that the level needs wide keys ([`in_block_room`]).
+pub fn level_in_block_room(min: usize, max: usize, n: usize, m: usize) -> impl Strategy<Value = String> {
+    level_with_boxes(min, max).prop_map(move |text| in_block_room(&text, n, m))
+}
+
+/// `text` (a generated level) one column to the right, above a room of `n` x `m`
+/// blocks of 2 x 2 boxes on goals, between one-square lanes the player walks.
+/// The room adds many floor squares and boxes, so the key width grows, but not
+/// the states: a box in a 2 x 2 block can never be pushed (the square behind it
+/// holds a box), and the only door, under the level's bottom-left interior
+/// square, leads into a bend where a box pushed in can never move again.
+pub fn in_block_room(text: &str, n: usize, m: usize) -> String {
+    let mut rows: Vec<Vec<char>> = text.lines().map(|l| std::iter::once('#').chain(l.chars()).collect()).collect();
+    let h = rows.len() - 2; // interior rows 1..=h, the bottom wall at h + 1
+    let (rw, rh) = (3 * n + 1, 3 * m + 1);
+    let width = rows.iter().map(Vec::len).max().unwrap().max(rw + 2);
+    for r in rows.iter_mut() {
+        r.resize(width, '#');
+    }
+    if rows[h][2] == '#' {
+        rows[h][2] = ' ';
+    }
+    // the door under the bottom-left interior square, and the bend to its left
+    rows[h + 1][2] = ' ';
+    rows[h + 1][1] = ' ';
+    let mut bend = vec!['#'; width];
+    bend[1] = ' ';
+    rows.push(bend);
+    for y in 0..rh {
+        let mut r = vec!['#'; width];
+        for x in 0..rw {
+            r[x + 1] = if x % 3 != 0 && y % 3 != 0 { '*' } else { ' ' };
+        }
+        rows.push(r);
+    }
+    rows.push(vec!['#'; width]);
+    rows.into_iter().map(|r| r.into_iter().collect::<String>()).collect::<Vec<_>>().join("\n") + "\n"
+}
+
 /// A board for generated text, or None when the generator produced no valid level.
 pub fn board_of(text: &str) -> Option<Board> {
     let level = parse_one(text, "gen").ok()?;
@@ -139,40 +179,6 @@ pub fn reach_states(seeds: Vec<State>, limit: usize, mut step: impl FnMut(&State
         }
     }
     order
-}
-
-/// Push-optimal length by a plain forward BFS with no pruning at all.
-pub fn reference_bfs(board: &Board) -> Option<usize> {
-    if board.unsolvable.is_some() {
-        return None;
-    }
-    let mut sc = Scratch::new(board);
-    let start = start_state(board, &mut sc);
-    let mut seen: HashSet<State> = HashSet::new();
-    seen.insert(start.clone());
-    let mut queue = VecDeque::from([(start, 0usize)]);
-    while let Some(((boxes, player), d)) = queue.pop_front() {
-        if boxes.iter().all(|&b| board.is_goal[b as usize]) {
-            return Some(d);
-        }
-        let mut next = Vec::new();
-        // the player stands where the box was; normalize with a full flood here so
-        // the reference does not share the generator's incremental normalization
-        for_each_push(board, &mut sc, &boxes, player, Pruning::NONE, |b, _, m| next.push((b.to_vec(), m.from)));
-        let next: Vec<(Vec<u16>, u16)> = next
-            .into_iter()
-            .map(|(b, at)| {
-                let p = normalize_player(board, &mut sc, &b, at);
-                (b, p)
-            })
-            .collect();
-        for s in next {
-            if seen.insert(s.clone()) {
-                queue.push_back((s, d + 1));
-            }
-        }
-    }
-    None
 }
 
 /// What a property test over random levels really checked: the cases that ran

@@ -1,10 +1,12 @@
-//! The engine against a plain forward BFS, and its independence from threads and
+//! The engine against an independent plain forward BFS (every key width), and its independence from threads and
 //! partitions.
 
-use crate::common::{board_of, for_levels, level_with_boxes, reference_bfs, repo, small_level, truth};
+use crate::common::{board_of, for_levels, level_in_block_room, level_with_boxes, repo, small_level, truth};
+use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::search::NoProgress;
 use sokoshard::model::board::Board;
+use sokoshard::model::key::KeyWidth;
 use sokoshard::model::level::split_collection;
 use sokoshard::model::rules::Pruning;
 use sokoshard::model::solution::verify;
@@ -28,26 +30,57 @@ fn solve_with(
     (r.status, r.pushes, r.solution)
 }
 
+/// The engine's status, push count and solution against the independent
+/// reference on `text`.
+fn check_against_reference(text: &str, board: Board) -> Result<Option<bool>, TestCaseError> {
+    let expect = reference_pushes(text);
+    let (status, pushes, solution) = solve(&board, 8, 2);
+    match expect {
+        Some(n) => {
+            prop_assert_eq!(status, Status::Solved, "{}", text);
+            prop_assert_eq!(pushes, Some(n), "{}", text);
+            let level = sokoshard::model::level::parse_one(text, "gen").unwrap();
+            let v = verify(&level, solution.as_deref().unwrap());
+            prop_assert!(v.valid, "{}: {:?}", text, v);
+            prop_assert_eq!(v.pushes, n);
+        }
+        None => prop_assert_eq!(status, Status::Unsolvable, "{}", text),
+    }
+    Ok(Some(expect.is_some()))
+}
+
 #[test]
 fn bidirectional_matches_forward_bfs() {
-    let tally = for_levels(300, small_level(), |text, board| {
-        let expect = reference_bfs(&board);
-        let (status, pushes, solution) = solve(&board, 8, 2);
-        match expect {
-            Some(n) => {
-                prop_assert_eq!(status, Status::Solved, "{}", text);
-                prop_assert_eq!(pushes, Some(n), "{}", text);
-                let level = sokoshard::model::level::parse_one(text, "gen").unwrap();
-                let v = verify(&level, solution.as_deref().unwrap());
-                prop_assert!(v.valid, "{}: {:?}", text, v);
-                prop_assert_eq!(v.pushes, n);
-            }
-            None => prop_assert_eq!(status, Status::Unsolvable, "{}", text),
-        }
-        Ok(Some(expect.is_some()))
-    });
+    let tally = for_levels(300, small_level(), check_against_reference);
     eprintln!("bidirectional_matches_forward_bfs: {tally:?}");
     tally.assert_covers(300, 0.07, true);
+}
+
+/// Thousands of random levels with one to six boxes, some on goals.
+#[test]
+fn bidirectional_matches_forward_bfs_with_up_to_six_boxes() {
+    let tally = for_levels(2000, level_with_boxes(1, 6), check_against_reference);
+    eprintln!("bidirectional_matches_forward_bfs_with_up_to_six_boxes: {tally:?}");
+    tally.assert_covers(2000, 0.07, true);
+}
+
+/// Levels whose keys are `u128`, 256-bit and 1024-bit sets: the same random
+/// levels beside a room of boxes that can never move, solved in local mode
+/// and checked against the independent reference.
+#[test]
+fn wide_keys_match_the_reference() {
+    for (n, m, width, cases) in
+        [(3, 2, KeyWidth::U128, 60), (4, 3, KeyWidth::Bits256, 40), (6, 5, KeyWidth::Bits1024, 30)]
+    {
+        let tally = for_levels(cases, level_in_block_room(1, 3, n, m), |text, board| {
+            // a level whose door does not open into the player's part leaves the
+            // room outside the board (its boxes become walls): generated again
+            prop_assume!(board.keyspace.width == width);
+            check_against_reference(text, board)
+        });
+        eprintln!("wide_keys_match_the_reference {width:?}: {tally:?}");
+        tally.assert_covers(cases, 0.07, true);
+    }
 }
 
 proptest! {

@@ -1,9 +1,8 @@
 //! k-PG deadlock tables never change an answer, and the database file round-trips
 //! through the CLI with its refusals.
 
-use crate::common::{
-    board_of, for_levels, goal_seeds, reach_states, reference_bfs, repo, small_level, start_state, truth, State,
-};
+use crate::common::{board_of, for_levels, goal_seeds, reach_states, repo, small_level, start_state, truth, State};
+use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::kpg::{unpack, DeadPlayers, DeadlockTables};
 use sokoshard::engine::search::NoProgress;
@@ -39,7 +38,7 @@ fn solve_with_k_bound(board: &Board, k: usize, bound: BoundSpec) -> (Status, Opt
 #[test]
 fn tables_never_change_the_answer_on_random_levels() {
     let tally = for_levels(150, small_level(), |text, board| {
-        let expect = reference_bfs(&board);
+        let expect = reference_pushes(text);
         for k in 1..=3 {
             let (status, pushes, solution, _) = solve_with_k(&board, k);
             match expect {

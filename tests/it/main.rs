@@ -1,5 +1,5 @@
 //! The one integration-test binary: the CLI end to end, the rules as properties,
-//! the engine against a plain forward BFS, solving under a memory budget, the
+//! the engine against an independent plain forward BFS, solving under a memory budget, the
 //! cluster as separate processes, and the deployment files.
 mod architecture;
 mod bound;
@@ -9,6 +9,7 @@ mod common;
 mod deploy;
 mod engine;
 mod kpg;
+mod reference;
 mod rules;
 mod storage;
 mod wire;
