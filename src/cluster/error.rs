@@ -31,7 +31,7 @@ pub enum ClusterError {
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// An RPC to `addr` failed with `status`.
-    #[error("{what} ({addr}): {}: {}", .status.code(), .status.message())]
+    #[error("{what} ({addr}): {}: {}{}", .status.code(), .status.message(), tls_hint(.status.message()))]
     Rpc { what: String, addr: String, status: Status },
     #[error("cancelled")]
     Cancelled,
@@ -50,6 +50,20 @@ pub enum ClusterError {
     },
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// What to do about a TLS failure that rustls names in `message` (its names are
+/// precise but say nothing of the flags that fix them); empty for other errors.
+fn tls_hint(message: &str) -> &'static str {
+    if !message.contains("invalid peer certificate") {
+        ""
+    } else if message.contains("NotValidForName") || message.contains("not valid for name") {
+        "; the server's certificate was not issued for the address dialled: pass --tls-domain with a name the certificate lists"
+    } else if message.contains("UnknownIssuer") || message.contains("BadSignature") {
+        "; the server's certificate is not signed by the CA this client trusts: pass --tls-ca with the CA (or self-signed certificate) the server uses"
+    } else {
+        "; the server's TLS certificate was refused"
+    }
 }
 
 impl ClusterError {

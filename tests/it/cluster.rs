@@ -599,6 +599,114 @@ fn malformed_and_oversized_requests_get_error_statuses() {
     assert!(c.workers[0].child.as_mut().unwrap().try_wait().unwrap().is_none(), "the worker died\n{}", c.logs());
 }
 
+/// A worker's own port checks the token as the coordinator's does, and refuses
+/// loads over its limits; `health --worker` with a wrong token says so.
+#[test]
+fn a_worker_port_refuses_wrong_tokens_and_oversized_loads() {
+    let mut c = Cluster::start(&[], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let waddr = c.status()["workers"][0]["address"].as_str().unwrap().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let addr = waddr.clone();
+    rt.block_on(async move {
+        let hello = || HelloRequest { protocol_version: PROTOCOL_VERSION };
+        // no token at all
+        let mut raw = WorkerClient::connect(format!("http://{addr}")).await.unwrap();
+        let e = raw.hello(hello()).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        let e = raw.load(LoadRequest::default()).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        // a wrong token
+        let mut wrong = worker(&NetConfig::new("not-the-token"), &addr);
+        let e = wrong.hello(hello()).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        assert!(e.message().contains("wrong cluster token"), "{}", e.message());
+        let e = wrong.abort(AbortRequest { job_id: 1, ..Default::default() }).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        // the right token, a load over the level limit, and one over the message limit
+        let net = NetConfig::new(TOKEN);
+        let mut w = worker(&net, &addr);
+        let load = |text: String| LoadRequest {
+            protocol_version: PROTOCOL_VERSION,
+            job_id: 77,
+            level_text: text,
+            options: Some(JobOptions::default()),
+            ..Default::default()
+        };
+        let e = w.load(load("#".repeat(2 << 20))).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+        let mut big = WorkerClient::with_interceptor(net.channel(&addr).unwrap(), AttachToken::new(TOKEN).unwrap())
+            .max_encoding_message_size(64 << 20);
+        let mut huge = load("#####\n#@$.#\n#####\n".into());
+        huge.kpg_tables = vec![0; 20 << 20];
+        let e = big.load(huge).await.unwrap_err();
+        assert!(matches!(e.code(), tonic::Code::ResourceExhausted | tonic::Code::OutOfRange), "{e:?}");
+        // and it still answers
+        w.hello(hello()).await.unwrap();
+    });
+    // health of the worker: the right token is healthy, a wrong one is named
+    let health = |token: &str| {
+        Command::new(BIN)
+            .args(["health", &waddr, "--worker", "--token", token])
+            .env_remove("SOKOSHARD_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let o = health(TOKEN);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = health("nope");
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unhealthy") && err.contains("wrong cluster token"), "{err}");
+    assert!(c.workers[0].child.as_mut().unwrap().try_wait().unwrap().is_none(), "the worker died\n{}", c.logs());
+}
+
+/// A self-signed certificate and key for `names`, written under `dir` as
+/// `<stem>.pem` and `<stem>-key.pem`.
+fn self_signed(dir: &Path, stem: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+    let ck = rcgen::generate_simple_self_signed(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    let (cert, key) = (dir.join(format!("{stem}.pem")), dir.join(format!("{stem}-key.pem")));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    (cert, key)
+}
+
+/// TLS that cannot be trusted fails with an error that says why: a client
+/// trusting another CA, and a certificate issued for another name (and the fix
+/// for the latter, `--tls-domain`, works).
+#[test]
+fn tls_failures_say_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path(), "served", &["elsewhere.example"]);
+    let (other, _) = self_signed(dir.path(), "other", &["127.0.0.1"]);
+    let tls = s(&["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    let c = Cluster::start(&[], &tls);
+    let status = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["status", "--coordinator", &c.addr, "--token", TOKEN])
+            .args(extra)
+            .env_remove("SOKOSHARD_TOKEN")
+            .output()
+            .unwrap()
+    };
+    // a client that trusts another CA
+    let o = status(&["--tls-ca", other.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("wrong CA: {err}");
+    assert!(err.contains("not signed by the CA this client trusts") && err.contains("--tls-ca"), "{err}");
+    // the right CA, but the certificate names another host
+    let o = status(&["--tls-ca", cert.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("name mismatch: {err}");
+    assert!(err.contains("not issued for the address dialled") && err.contains("--tls-domain"), "{err}");
+    // the name the certificate was issued for
+    let o = status(&["--tls-ca", cert.to_str().unwrap(), "--tls-domain", "elsewhere.example"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+}
+
 #[test]
 fn tls_cluster_solves_and_plain_clients_are_turned_away() {
     let dir = tempfile::tempdir().unwrap();
