@@ -134,7 +134,13 @@ impl Cluster {
     }
 
     fn restart_coordinator(&mut self) {
+        self.restart_coordinator_after(|_| {});
+    }
+
+    /// Kills the coordinator, runs `meanwhile` on its data dir, and starts it again.
+    fn restart_coordinator_after(&mut self, meanwhile: impl FnOnce(&Path)) {
         self.coordinator.kill();
+        meanwhile(&self.dir.path().join("coordinator"));
         self.coordinator = spawn(&self.coordinator_args, &self.dir.path().join("coordinator.log"));
         self.wait_listening();
     }
@@ -454,6 +460,57 @@ fn a_restarted_coordinator_resumes_the_bound_iteration_it_was_in() {
     // the restarted driver ran only what was left: the rest of iteration 13
     let bounds: Vec<u64> = g["iterations"].as_array().unwrap().iter().map(|i| i["bound"].as_u64().unwrap()).collect();
     assert_eq!(bounds, [13], "{g}");
+}
+
+/// The job log keeps each job in its own file: a record damaged while the
+/// coordinator was down (a flipped byte, a file cut short) fails its own job
+/// with a message naming the file and what is wrong, keeps the damaged bytes
+/// aside, and the other jobs come back as they were.
+#[test]
+fn a_damaged_job_record_fails_its_own_job_and_the_others_survive() {
+    let mut c = Cluster::start(&[], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let file = repo(MICROBAN);
+    for level in ["1", "2", "3"] {
+        let o = c.cli(&["submit", file.to_str().unwrap(), "--level", level, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    }
+    let before = job(&c.status(), 3);
+    assert_eq!(before["state"], "finished", "{before}");
+    let mut flipped = Vec::new();
+    c.restart_coordinator_after(|dir| {
+        let jobs = dir.join("jobs");
+        flipped = std::fs::read(jobs.join("1.job")).unwrap();
+        let at = flipped.len() - 10;
+        flipped[at] ^= 0x20;
+        std::fs::write(jobs.join("1.job"), &flipped).unwrap();
+        let whole = std::fs::read(jobs.join("2.job")).unwrap();
+        std::fs::write(jobs.join("2.job"), &whole[..whole.len() / 2]).unwrap();
+    });
+    let st = c.status();
+    let (one, two) = (job(&st, 1), job(&st, 2));
+    assert_eq!((&one["state"], &two["state"]), (&serde_json::json!("failed"), &serde_json::json!("failed")), "{st}");
+    let m1 = one["message"].as_str().unwrap();
+    assert!(m1.contains("1.job") && m1.contains("checksum mismatch") && m1.contains("1.job.corrupt"), "{m1}");
+    let m2 = two["message"].as_str().unwrap();
+    assert!(m2.contains("2.job") && m2.contains("header says"), "{m2}");
+    // the damaged bytes are kept, not overwritten
+    let jobs = c.dir.path().join("coordinator").join("jobs");
+    assert_eq!(std::fs::read(jobs.join("1.job.corrupt")).unwrap(), flipped);
+    // the intact job is as it was, result and all
+    assert_eq!(job(&st, 3), before);
+    // a new job gets a fresh id and runs
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "4", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let st = c.status();
+    assert_eq!(job(&st, 4)["state"], "finished", "{st}");
+    assert_eq!(st["jobs"].as_array().unwrap().len(), 4, "{st}");
+    // and on the next restart the failed jobs stay failed, quietly
+    c.restart_coordinator();
+    let again = c.status();
+    assert_eq!(job(&again, 1)["message"], one["message"]);
+    assert_eq!(job(&again, 3), before);
 }
 
 #[test]

@@ -19,7 +19,7 @@ use crate::model::board::Board;
 use crate::model::level::parse_one;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,9 +28,19 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+/// The job log before version 3: one file of every job (read once, to move its
+/// jobs to their own files).
 const LOG_MAGIC: &[u8; 8] = b"SKJOBLOG";
 /// Version 2: the log keeps the project's own types, no protocol messages.
 const LOG_VERSION: u32 = 2;
+/// The job log: one file per job, `jobs/<id>.job`, so that a damaged file costs
+/// its own job and never the others.
+const RECORD_MAGIC: &[u8; 8] = b"SKJOBREC";
+const RECORD_VERSION: u32 = 1;
+
+fn job_path(data_dir: &Path, id: u64) -> PathBuf {
+    data_dir.join("jobs").join(format!("{id}.job"))
+}
 /// Partitions of a job that does not ask for a number.
 pub const DEFAULT_PARTITIONS: u32 = 64;
 
@@ -154,8 +164,8 @@ impl Shared {
         }
     }
 
-    /// Changes a job's record, tells its watchers, and persists the log when
-    /// `durable`.
+    /// Changes a job's record, tells its watchers, and persists the record
+    /// when `durable`.
     pub fn update(&self, id: u64, durable: bool, f: impl FnOnce(&mut JobRecord)) -> Result<(), ClusterError> {
         {
             let mut jobs = self.lock_jobs();
@@ -164,7 +174,7 @@ impl Shared {
             e.tx.send_replace(Self::status_of(e));
         }
         if durable {
-            self.persist()?;
+            self.persist(id)?;
         }
         Ok(())
     }
@@ -185,24 +195,17 @@ impl Shared {
         }
     }
 
-    /// Rewrites the job log (tmp + rename).
-    pub fn persist(&self) -> Result<(), ClusterError> {
+    /// Writes job `id`'s record to the job log (its own file, tmp + rename).
+    pub fn persist(&self, id: u64) -> Result<(), ClusterError> {
         let _g = self.log_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let body = {
+        let rec = {
             let jobs = self.lock_jobs();
-            LogBody {
-                next_id: *self.next_id.lock().unwrap_or_else(|e| e.into_inner()),
-                jobs: jobs
-                    .values()
-                    .map(|e| {
-                        let mut r = e.rec.clone();
-                        r.seconds += e.run_started.map_or(0.0, |s| s.elapsed().as_secs_f64());
-                        r
-                    })
-                    .collect(),
-            }
+            let Some(e) = jobs.get(&id) else { return Ok(()) };
+            let mut r = e.rec.clone();
+            r.seconds += e.run_started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+            r
         };
-        persist::write(&self.cfg.data_dir.join("jobs.log"), LOG_MAGIC, LOG_VERSION, &body)
+        persist::write(&job_path(&self.cfg.data_dir, id), RECORD_MAGIC, RECORD_VERSION, &rec)
     }
 
     fn stop_flags(&self, id: u64) -> Option<(Arc<AtomicBool>, Arc<AtomicBool>)> {
@@ -213,6 +216,72 @@ impl Shared {
     fn next_job(&self) -> Option<u64> {
         self.lock_jobs().values().find(|e| !terminal(e.rec.state)).map(|e| e.rec.id)
     }
+}
+
+/// Reads the job log: every `jobs/<id>.job`, after moving the jobs of a log in
+/// the earlier one-file format there. A record that cannot be read (torn,
+/// corrupted, of another version) is kept as `<id>.job.corrupt` and its job is
+/// listed as failed with the reason; the other jobs load as they were. Returns
+/// the jobs by id and the next free id.
+fn load_jobs(data_dir: &Path) -> Result<(Vec<JobRecord>, u64), ClusterError> {
+    let dir = data_dir.join("jobs");
+    std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io(format!("creating {}", dir.display()), e))?;
+    let mut next_id = 1;
+    let legacy = data_dir.join("jobs.log");
+    if let Some(body) = persist::read::<LogBody>(&legacy, LOG_MAGIC, LOG_VERSION)? {
+        for rec in &body.jobs {
+            persist::write(&job_path(data_dir, rec.id), RECORD_MAGIC, RECORD_VERSION, rec)?;
+        }
+        next_id = body.next_id;
+        let moved = data_dir.join("jobs.log.moved");
+        std::fs::rename(&legacy, &moved).map_err(|e| ClusterError::io(format!("renaming {}", legacy.display()), e))?;
+        tracing::info!(jobs = body.jobs.len(), "job log moved to one file per job");
+    }
+    let listing = std::fs::read_dir(&dir).map_err(|e| ClusterError::io(format!("listing {}", dir.display()), e))?;
+    let mut ids = Vec::new();
+    for entry in listing {
+        let entry = entry.map_err(|e| ClusterError::io(format!("listing {}", dir.display()), e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let (stem, live) = match (name.strip_suffix(".job"), name.strip_suffix(".job.corrupt")) {
+            (Some(stem), _) => (stem, true),
+            (None, Some(stem)) => (stem, false),
+            _ => continue,
+        };
+        let Ok(id) = stem.parse::<u64>() else { continue };
+        next_id = next_id.max(id + 1);
+        if live {
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    let mut records = Vec::with_capacity(ids.len());
+    for id in ids {
+        let path = job_path(data_dir, id);
+        let why = match persist::read::<JobRecord>(&path, RECORD_MAGIC, RECORD_VERSION) {
+            Ok(Some(rec)) if rec.id == id => {
+                records.push(rec);
+                continue;
+            }
+            Ok(Some(rec)) => format!("{}: holds job {}", path.display(), rec.id),
+            Ok(None) => continue,
+            Err(ClusterError::DataLoss(why)) => why,
+            Err(e) => return Err(e),
+        };
+        let mut kept = path.clone().into_os_string();
+        kept.push(".corrupt");
+        let kept = PathBuf::from(kept);
+        std::fs::rename(&path, &kept).map_err(|e| ClusterError::io(format!("renaming {}", path.display()), e))?;
+        tracing::error!(job = id, reason = %why, kept = %kept.display(), "job record unreadable; the job is marked failed");
+        let mut rec = JobRecord::new(id, Kind::Solve, String::new(), format!("job {id}"), 0, Settings::default());
+        rec.state = State::Failed;
+        rec.message = format!(
+            "the job's record is unreadable ({why}); it is kept as {}, and the job cannot resume: submit its level again",
+            kept.display()
+        );
+        persist::write(&path, RECORD_MAGIC, RECORD_VERSION, &rec)?;
+        records.push(rec);
+    }
+    Ok((records, next_id))
 }
 
 /// The coordinator's gRPC service.
@@ -237,9 +306,9 @@ impl CoordinatorService {
     pub fn open(cfg: CoordinatorConfig) -> Result<Self, ClusterError> {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| ClusterError::io(format!("creating {}", cfg.data_dir.display()), e))?;
-        let body: LogBody = persist::read(&cfg.data_dir.join("jobs.log"), LOG_MAGIC, LOG_VERSION)?.unwrap_or_default();
+        let (records, next_id) = load_jobs(&cfg.data_dir)?;
         let mut jobs = BTreeMap::new();
-        for mut rec in body.jobs {
+        for mut rec in records {
             if !terminal(rec.state) && rec.state != State::Queued {
                 rec.state = State::Paused;
                 rec.message = "coordinator restarted; resuming from the last completed layer".into();
@@ -266,7 +335,7 @@ impl CoordinatorService {
                 cfg,
                 workers: Mutex::new(BTreeMap::new()),
                 jobs: Mutex::new(jobs),
-                next_id: Mutex::new(body.next_id.max(1)),
+                next_id: Mutex::new(next_id),
                 wake: Notify::new(),
                 clients,
                 log_lock: Mutex::new(()),
@@ -416,33 +485,7 @@ impl Coordinator for CoordinatorService {
             *n += 1;
             id
         };
-        let rec = JobRecord {
-            id,
-            kind,
-            level_text: r.level_text,
-            title: r.title,
-            index: r.index,
-            options,
-            state: State::Queued,
-            message: String::new(),
-            nodes: Vec::new(),
-            owners: Vec::new(),
-            layers: [Vec::new(), Vec::new()],
-            stored: 0,
-            generated: 0,
-            expanded: 0,
-            keys_exchanged: 0,
-            bytes_exchanged: 0,
-            memory_bytes: 0,
-            disk_bytes: 0,
-            peak_memory_bytes: 0,
-            last_side: crate::engine::Side::Forward,
-            meeting: None,
-            result: None,
-            seconds: 0.0,
-            kpg_seconds: 0.0,
-            bound: None,
-        };
+        let rec = JobRecord::new(id, kind, r.level_text, r.title, r.index, options);
         let entry = JobEntry {
             stop: Arc::new(AtomicBool::new(false)),
             cancelled: Arc::new(AtomicBool::new(false)),
@@ -452,7 +495,7 @@ impl Coordinator for CoordinatorService {
         };
         entry.tx.send_replace(Shared::status_of(&entry));
         self.sh.lock_jobs().insert(id, entry);
-        self.sh.persist()?;
+        self.sh.persist(id)?;
         tracing::info!(job = id, "job submitted");
         self.sh.wake.notify_one();
         Ok(Response::new(SubmitReply { job_id: id }))
@@ -599,5 +642,45 @@ async fn run_jobs(sh: Arc<Shared>) {
                 r.message = format!("internal error: job runner crashed: {e}");
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: u64) -> JobRecord {
+        JobRecord::new(id, Kind::Solve, "#####\n#@$.#\n#####\n".into(), format!("level {id}"), 1, Settings::default())
+    }
+
+    #[test]
+    fn a_job_log_of_the_one_file_format_moves_to_one_file_per_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = LogBody { next_id: 9, jobs: vec![record(3), record(7)] };
+        persist::write(&dir.path().join("jobs.log"), LOG_MAGIC, LOG_VERSION, &body).unwrap();
+        let (jobs, next) = load_jobs(dir.path()).unwrap();
+        assert_eq!(jobs.iter().map(|r| (r.id, r.title.as_str())).collect::<Vec<_>>(), [(3, "level 3"), (7, "level 7")]);
+        assert_eq!(next, 9);
+        assert!(!dir.path().join("jobs.log").exists() && dir.path().join("jobs.log.moved").exists());
+        // read again from the files it wrote
+        let (again, next) = load_jobs(dir.path()).unwrap();
+        assert_eq!((again.len(), next), (2, 8));
+    }
+
+    #[test]
+    fn a_record_of_another_job_or_version_fails_that_job_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
+        persist::write(&job_path(dir.path(), 1), RECORD_MAGIC, RECORD_VERSION, &record(1)).unwrap();
+        // a record under another job's name, and one of a later format version
+        persist::write(&job_path(dir.path(), 2), RECORD_MAGIC, RECORD_VERSION, &record(5)).unwrap();
+        persist::write(&job_path(dir.path(), 4), RECORD_MAGIC, RECORD_VERSION + 1, &record(4)).unwrap();
+        let (jobs, next) = load_jobs(dir.path()).unwrap();
+        let states: Vec<(u64, State)> = jobs.iter().map(|r| (r.id, r.state)).collect();
+        assert_eq!(states, [(1, State::Queued), (2, State::Failed), (4, State::Failed)]);
+        assert!(jobs[1].message.contains("holds job 5"), "{}", jobs[1].message);
+        assert!(jobs[2].message.contains("format version 2 is not supported"), "{}", jobs[2].message);
+        assert_eq!(next, 5);
+        assert!(dir.path().join("jobs/4.job.corrupt").exists());
     }
 }

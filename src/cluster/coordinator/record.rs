@@ -161,6 +161,39 @@ pub struct JobRecord {
     pub bound: Option<u32>,
 }
 
+impl JobRecord {
+    /// A queued job that has not run yet.
+    pub fn new(id: u64, kind: Kind, level_text: String, title: String, index: u32, options: Settings) -> JobRecord {
+        JobRecord {
+            id,
+            kind,
+            level_text,
+            title,
+            index,
+            options,
+            state: State::Queued,
+            message: String::new(),
+            nodes: Vec::new(),
+            owners: Vec::new(),
+            layers: [Vec::new(), Vec::new()],
+            stored: 0,
+            generated: 0,
+            expanded: 0,
+            keys_exchanged: 0,
+            bytes_exchanged: 0,
+            memory_bytes: 0,
+            disk_bytes: 0,
+            peak_memory_bytes: 0,
+            last_side: crate::engine::Side::Forward,
+            meeting: None,
+            result: None,
+            seconds: 0.0,
+            kpg_seconds: 0.0,
+            bound: None,
+        }
+    }
+}
+
 /// Converts a report to its protocol form.
 pub fn report_to_proto(r: &SolveReport) -> SolveResult {
     SolveResult {
