@@ -679,7 +679,7 @@ fn a_worker_port_refuses_wrong_tokens_and_oversized_loads() {
         let e = wrong.hello(hello()).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
         assert!(e.message().contains("wrong cluster token"), "{}", e.message());
-        let e = wrong.abort(AbortRequest { job_id: 1, ..Default::default() }).await.unwrap_err();
+        let e = wrong.abort(AbortRequest { job_id: 1 }).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
         // the right token, a load over the level limit, and one over the message limit
         let net = NetConfig::new(TOKEN);
