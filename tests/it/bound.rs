@@ -1,7 +1,9 @@
 //! The bounded search: its lower bound never exceeds a true distance, it keeps
 //! every answer, and its iterations and `--upper-bound` end as they should.
 
-use crate::common::{board_of, goal_seeds, level_with_boxes, level_with_boxes_apart, repo, start_state, State};
+use crate::common::{
+    board_of, for_levels, goal_seeds, level_with_boxes, level_with_boxes_apart, repo, start_state, State,
+};
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::search::NoProgress;
@@ -42,20 +44,17 @@ fn distances(board: &Board, seeds: Vec<State>, forward: bool) -> HashMap<State, 
     dist
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, max_global_rejects: 20_000, ..ProptestConfig::default() })]
-
-    /// Forward, the bound is at most the pushes left to the goal; backward, at
-    /// most the pushes from the start; and "unreachable" only for dead states.
-    #[test]
-    fn the_lower_bound_never_exceeds_a_true_distance(text in level_with_boxes(1, 4)) {
-        let board = board_of(&text);
-        prop_assume!(board.as_ref().is_some_and(|b| b.unsolvable.is_none()));
-        let board = board.unwrap();
+/// Forward, the bound is at most the pushes left to the goal; backward, at
+/// most the pushes from the start; and "unreachable" only for dead states.
+#[test]
+fn the_lower_bound_never_exceeds_a_true_distance() {
+    let tally = for_levels(200, level_with_boxes(1, 4), |text, board| {
+        prop_assume!(board.unsolvable.is_none());
         let lower = PushDistances::new(&board);
         let mut sc = Scratch::new(&board);
         let from_start = distances(&board, vec![start_state(&board, &mut sc)], true);
         let to_goal = distances(&board, goal_seeds(&board, &mut sc), false);
+        let from_start_key = start_state(&board, &mut sc);
         for (state, &d) in &from_start {
             let h = lower.estimate(&state.0, false);
             prop_assert!(h <= d, "{}: backward bound {} > {} for {:?}", text, h, d, state);
@@ -79,19 +78,18 @@ proptest! {
                 }
             }
         }
-    }
+        Ok(Some(to_goal.contains_key(&from_start_key)))
+    });
+    eprintln!("the_lower_bound_never_exceeds_a_true_distance: {tally:?}");
+    tally.assert_covers(200, 0.07, true);
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, max_global_rejects: 20_000, ..ProptestConfig::default() })]
-
-    /// The successor shortcut answers "over the cap?" as the full matching
-    /// does, for every push and pull of every reachable state and every cap.
-    #[test]
-    fn the_successor_shortcut_agrees_with_the_matching(text in level_with_boxes(1, 4)) {
-        let board = board_of(&text);
-        prop_assume!(board.as_ref().is_some_and(|b| b.unsolvable.is_none()));
-        let board = board.unwrap();
+/// The successor shortcut answers "over the cap?" as the full matching
+/// does, for every push and pull of every reachable state and every cap.
+#[test]
+fn the_successor_shortcut_agrees_with_the_matching() {
+    let tally = for_levels(200, level_with_boxes(1, 4), |text, board| {
+        prop_assume!(board.unsolvable.is_none());
         let lower = PushDistances::new(&board);
         let mut sc = Scratch::new(&board);
         let states = distances(&board, vec![start_state(&board, &mut sc)], true);
@@ -100,9 +98,13 @@ proptest! {
             for forward in [true, false] {
                 let mut moves = Vec::new();
                 if forward {
-                    for_each_push(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| moves.push((b.to_vec(), m.from)));
+                    for_each_push(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| {
+                        moves.push((b.to_vec(), m.from))
+                    });
                 } else {
-                    for_each_pull(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| moves.push((b.to_vec(), m.from)));
+                    for_each_pull(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| {
+                        moves.push((b.to_vec(), m.from))
+                    });
                 }
                 for (child, from) in moves {
                     let to = *child.iter().find(|c| boxes.binary_search(c).is_err()).unwrap();
@@ -119,7 +121,10 @@ proptest! {
             }
         }
         prop_assert!(checked > 0 || states.len() == 1);
-    }
+        Ok(Some(states.keys().any(|(b, _)| *b == board.goals)))
+    });
+    eprintln!("the_successor_shortcut_agrees_with_the_matching: {tally:?}");
+    tally.assert_covers(200, 0.07, true);
 }
 
 /// The matching plus the pair penalties never exceeds a true distance,
@@ -180,18 +185,13 @@ fn solve_bounded(board: &Board, bound: BoundSpec) -> (Status, Option<usize>, usi
     (r.status, r.pushes, r.iterations.len())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, max_global_rejects: 20_000, ..ProptestConfig::default() })]
-
-    /// With the bound on (the default), off, or set to the optimum or above,
-    /// the answer is the reference BFS's; set below the optimum, it is
-    /// "bounded", never a wrong solution.
-    #[test]
-    fn the_bound_keeps_every_answer(text in level_with_boxes(1, 4)) {
-        let board = board_of(&text);
-        prop_assume!(board.is_some());
-        let board = board.unwrap();
-        let expect = reference_pushes(&text);
+/// With the bound on (the default), off, or set to the optimum or above,
+/// the answer is the reference BFS's; set below the optimum, it is
+/// "bounded", never a wrong solution.
+#[test]
+fn the_bound_keeps_every_answer() {
+    let tally = for_levels(300, level_with_boxes(1, 4), |text, board| {
+        let expect = reference_pushes(text);
         let (status, pushes, _) = solve_bounded(&board, BoundSpec::Iterate);
         let plain = solve_bounded(&board, BoundSpec::Off);
         prop_assert_eq!((plain.0, plain.1), (status, pushes), "{}", text);
@@ -209,7 +209,10 @@ proptest! {
             }
             None => prop_assert_eq!(status, Status::Unsolvable, "{}", text),
         }
-    }
+        Ok(Some(expect.is_some()))
+    });
+    eprintln!("the_bound_keeps_every_answer: {tally:?}");
+    tally.assert_covers(300, 0.07, true);
 }
 
 fn cli(args: &[&str]) -> (i32, serde_json::Value) {

@@ -32,8 +32,16 @@ pub fn small_level() -> impl Strategy<Value = String> {
 /// about a quarter of the boxes start on a goal, and in about a fifth of the
 /// levels the player starts on one.
 pub fn level_with_boxes(min: usize, max: usize) -> impl Strategy<Value = String> {
-    (draws(min, max), proptest::collection::vec(0u8..100, max + 1))
-        .prop_map(|((w, h, nboxes, noise, picks), on_goal)| draw(w, h, nboxes, &noise, &picks, Some(&on_goal)))
+    level_with_boxes_on_goals(min, max, 25)
+}
+
+/// [`level_with_boxes`] with `percent` of the boxes starting on a goal: crowded
+/// levels (many boxes on a small board) are nearly all unsolvable unless many
+/// of their boxes start home.
+pub fn level_with_boxes_on_goals(min: usize, max: usize, percent: u8) -> impl Strategy<Value = String> {
+    (draws(min, max), proptest::collection::vec(0u8..100, max + 1)).prop_map(
+        move |((w, h, nboxes, noise, picks), on_goal)| draw(w, h, nboxes, &noise, &picks, Some((&on_goal, percent))),
+    )
 }
 
 /// [`level_with_boxes`] as it was before boxes and the player could start on
@@ -56,9 +64,9 @@ fn draws(min: usize, max: usize) -> impl Strategy<Value = (usize, usize, usize, 
 }
 
 /// The level of one draw: walls from `noise`, then the player, the boxes and
-/// the goals on free squares chosen by `picks`; `on_goal` (per box, then the
-/// player) puts some of them on goals.
-fn draw(w: usize, h: usize, nboxes: usize, noise: &[u8], picks: &[usize], on_goal: Option<&[u8]>) -> String {
+/// the goals on free squares chosen by `picks`; `on_goal` (a draw per box, then
+/// the player, and the percentage of boxes to put home) puts some of them on goals.
+fn draw(w: usize, h: usize, nboxes: usize, noise: &[u8], picks: &[usize], on_goal: Option<(&[u8], u8)>) -> String {
     let mut grid = vec![vec!['#'; w + 2]; h + 2];
     for y in 0..h {
         for x in 0..w {
@@ -81,7 +89,7 @@ fn draw(w: usize, h: usize, nboxes: usize, noise: &[u8], picks: &[usize], on_goa
         for k in 0..nboxes {
             let (bx, by) = placed[1 + k];
             let (gx, gy) = placed[1 + nboxes + k];
-            if on_goal.is_some_and(|o| o[k] < 25) {
+            if on_goal.is_some_and(|(o, percent)| o[k] < percent) {
                 // a box that starts on its goal (its own goal square stays floor)
                 grid[by][bx] = '*';
             } else {
@@ -90,7 +98,7 @@ fn draw(w: usize, h: usize, nboxes: usize, noise: &[u8], picks: &[usize], on_goa
                 open_goal = Some((gx, gy));
             }
         }
-        if let (Some((gx, gy)), Some(o)) = (open_goal, on_goal) {
+        if let (Some((gx, gy)), Some((o, _))) = (open_goal, on_goal) {
             if o[o.len() - 1] < 20 {
                 // the player starts on a goal
                 grid[py][px] = ' ';
