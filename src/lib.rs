@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod engine;
 pub mod model;
+pub mod page;
 pub mod solve;
 pub mod storage;
 pub mod sys;

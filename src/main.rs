@@ -24,6 +24,8 @@ enum Command {
     Levels(cli::levels::LevelsArgs),
     /// Replay a LURD solution on a level and report pushes and moves.
     Verify(cli::levels::VerifyArgs),
+    /// Write a replay page (HTML) of a LURD solution, checked first.
+    Replay(cli::replay::ReplayArgs),
     /// Solve levels push-optimally on this machine.
     Solve(cli::solve::SolveArgs),
     /// Run a cluster coordinator: the job table, the layer barrier, the job log.
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Levels(a) => cli::levels::run_levels(a),
         Command::Verify(a) => cli::levels::run_verify(a),
+        Command::Replay(a) => cli::replay::run_replay(a),
         Command::Solve(a) => cli::solve::run(a),
         Command::Coordinator(a) => cli::cluster::run_coordinator(a),
         Command::Worker(a) => cli::cluster::run_worker(a),

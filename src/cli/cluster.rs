@@ -3,6 +3,7 @@
 //! cluster room; results print exactly as `solve` prints them.
 
 use super::output::{print_level, print_summary_of};
+use super::replay::{replay_of, write_replay};
 use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -68,6 +69,10 @@ pub struct CoordinatorArgs {
     /// Where the job log lives.
     #[arg(long)]
     pub data_dir: PathBuf,
+    /// Serve the status page (HTML, plain HTTP) on this address, e.g.
+    /// 0.0.0.0:7480; open it as http://HOST:PORT/?token=TOKEN.
+    #[arg(long)]
+    pub http: Option<SocketAddr>,
     #[command(flatten)]
     pub net: NetArgs,
     /// Milliseconds between worker heartbeats.
@@ -152,6 +157,9 @@ pub struct SubmitArgs {
     /// One JSON object per level on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Write a replay page (HTML) of the solved levels to this file.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
     /// Print the job ids and return at once.
     #[arg(long)]
     pub detach: bool,
@@ -193,6 +201,7 @@ pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
     anyhow::ensure!(a.heartbeat_timeout > 0.0 && a.resume_timeout > 0.0, "timeouts must be positive");
     let cfg = CoordinatorConfig {
         listen: a.listen,
+        http: a.http,
         data_dir: a.data_dir,
         net: a.net.config()?,
         heartbeat: Duration::from_millis(a.heartbeat_ms.max(50)),
@@ -289,7 +298,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
             match t.parse() {
                 Ok(level) => {
                     let id = client.submit(&level.to_xsb(), &t.title, t.index as u32, &opts).await?;
-                    ids.push((id, *t));
+                    ids.push((id, *t, level));
                 }
                 Err(e) => {
                     print_level(t.index, &t.title, None, Some(&e.to_string()), a.json);
@@ -298,7 +307,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
             }
         }
         if a.detach {
-            for (id, t) in &ids {
+            for (id, t, _) in &ids {
                 println!("job {id}: level {} ({})", t.index, t.title);
             }
             return Ok(ExitCode::from(EXIT_OK));
@@ -306,7 +315,8 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         let started = Instant::now();
         let mut statuses: Vec<Option<Status>> = vec![None; bad];
         let cancel_sent = Arc::new(AtomicBool::new(false));
-        for (id, t) in &ids {
+        let mut replays = Vec::new();
+        for (id, t, level) in &ids {
             let bar = spinner(format!("level {} ({})", t.index, t.title));
             let mut canceller = Client::new(&net, &a.coordinator)?;
             let sent = cancel_sent.clone();
@@ -327,7 +337,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
                 v = &mut watch => v,
                 _ = interrupt => {
                     if !sent.swap(true, Ordering::SeqCst) {
-                        for (other, _) in &ids {
+                        for (other, _, _) in &ids {
                             let _ = canceller.cancel(*other).await;
                         }
                     }
@@ -346,6 +356,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
                         }
                         print_level(t.index, &t.title, Some(&r), None, a.json);
                         statuses.push(Some(r.status));
+                        replays.extend(replay_of(level, &r));
                     }
                     None => {
                         let msg = format!("job {} {}: {}", v.id, v.state, v.message);
@@ -361,6 +372,9 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         }
         if !a.json && statuses.len() > 1 {
             print_summary_of(&statuses, started.elapsed());
+        }
+        if let Some(path) = &a.html {
+            write_replay(path, &replays)?;
         }
         let code = if statuses.iter().any(|s| s.is_none()) {
             EXIT_BAD_INPUT

@@ -66,12 +66,17 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(if broken > 0 { EXIT_BAD_INPUT } else { EXIT_OK }))
 }
 
+/// The one level `select` picks from `file`, parsed; `command` names who asks.
+pub fn level_of(file: &std::path::Path, select: &Selection, command: &str) -> Result<sokoshard::model::level::Level> {
+    let all = read_collection(file)?;
+    let source = file.display().to_string();
+    let picked = select.pick(&all, &source)?;
+    anyhow::ensure!(picked.len() == 1, "{command} needs exactly one level: use --level N or --title T");
+    picked[0].parse().context("parsing the level")
+}
+
 pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
-    let all = read_collection(&args.file)?;
-    let source = args.file.display().to_string();
-    let picked = args.select.pick(&all, &source)?;
-    anyhow::ensure!(picked.len() == 1, "verify needs exactly one level: use --level N or --title T");
-    let level = picked[0].parse().context("parsing the level")?;
+    let level = level_of(&args.file, &args.select, "verify")?;
     let v = verify(&level, &args.solution);
     if args.json {
         println!("{}", serde_json::to_string(&v)?);

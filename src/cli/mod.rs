@@ -7,6 +7,7 @@ pub mod health;
 pub mod levels;
 pub mod output;
 pub mod progress;
+pub mod replay;
 pub mod solve;
 
 use anyhow::{bail, Context, Result};

@@ -97,6 +97,10 @@ pub struct SolveArgs {
     /// Write the levels with their solutions in SOK form to this file.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Write a replay page (HTML: the board, play, steps, a slider over the
+    /// pushes) of the solved levels to this file.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
 }
 
 pub fn parse_mem(s: &str) -> Result<u64, String> {
@@ -186,6 +190,11 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     }
     if let Some(out) = &args.output {
         write_sok(out, &outcomes).with_context(|| format!("writing {}", out.display()))?;
+    }
+    if let Some(path) = &args.html {
+        let replays: Vec<_> =
+            outcomes.iter().filter_map(|o| super::replay::replay_of(o.level.as_ref()?, o.report.as_ref()?)).collect();
+        super::replay::write_replay(path, &replays)?;
     }
     let code = if outcomes.iter().any(|o| o.error.is_some()) {
         EXIT_BAD_INPUT

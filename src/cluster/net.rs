@@ -152,7 +152,8 @@ impl CheckToken {
     }
 }
 
-fn same(a: &[u8], b: &[u8]) -> bool {
+/// Compares two tokens in time independent of where they differ.
+pub fn same_token(a: &[u8], b: &[u8]) -> bool {
     // no early exit on the first differing byte
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -169,7 +170,7 @@ impl Interceptor for CheckToken {
             None => {
                 Err(ClusterError::Unauthenticated("no cluster token (set --token or SOKOSHARD_TOKEN)".into()).into())
             }
-            Some(t) if same(&t, self.0.as_bytes()) => Ok(req),
+            Some(t) if same_token(&t, self.0.as_bytes()) => Ok(req),
             Some(_) => Err(ClusterError::Unauthenticated("wrong cluster token".into()).into()),
         }
     }

@@ -916,3 +916,58 @@ fn a_lost_worker_that_never_returns_fails_the_job_after_the_resume_timeout() {
     assert!(msg.contains("did not come back with its data within 3 s"), "{msg}\n{}", c.logs());
     assert!(job(&st, id)["result"].is_null(), "a failed job has no answer: {st}");
 }
+
+/// A plain HTTP/1.1 GET: the status line and headers, and the body.
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (head.to_string(), body.to_string())
+}
+
+/// The coordinator's status page (`--http`): behind the cluster token; in a
+/// real browser it lists the workers and draws both sides' frontiers per
+/// layer; a solved job links to its replay.
+#[test]
+fn the_status_page_shows_the_workers_the_jobs_and_the_frontier_chart() {
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::start(&["--http", &http], &[]);
+    c.start_worker(0);
+    c.start_worker(1);
+    c.wait_workers(2);
+    let file = repo(MICROBAN);
+    // a level of some 40 layers, so that the chart has lines to draw
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "16", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let solved: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // the token rule: none, a wrong one, the right one in the address or a header
+    let (head, body) = http_get(&http, "/status.json");
+    assert!(head.starts_with("HTTP/1.1 401") && body.contains("no cluster token"), "{head}\n{body}");
+    let (head, body) = http_get(&http, "/?token=nope");
+    assert!(head.starts_with("HTTP/1.1 401") && body.contains("wrong cluster token"), "{head}\n{body}");
+    let (head, body) = http_get(&http, &format!("/status.json?token={TOKEN}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    let st: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(st["workers"].as_array().unwrap().len(), 2, "{st}");
+    let job = &st["jobs"][0];
+    assert_eq!((&job["state"], &job["pushes"]), (&serde_json::json!("finished"), &solved["pushes"]), "{st}");
+    assert!(!job["forward"].as_array().unwrap().is_empty() && !job["backward"].as_array().unwrap().is_empty());
+    // the solved job's replay
+    let (head, body) = http_get(&http, &format!("/jobs/1/replay?token={TOKEN}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains(solved["solution"].as_str().unwrap()));
+    let (head, _) = http_get(&http, &format!("/jobs/9/replay?token={TOKEN}"));
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    // in a browser
+    let url = format!("http://{http}/?token={TOKEN}");
+    let page = crate::browser::dom(&url, 5_000);
+    assert_eq!(page.matches("class=\"worker\"").count(), 2, "{page}");
+    assert_eq!(page.matches("class=\"job\"").count(), 1, "{page}");
+    assert!(page.contains("class=\"forward\"") && page.contains("class=\"backward\""), "no chart: {page}");
+    assert!(page.contains(&format!("jobs/1/replay?token={TOKEN}")), "{page}");
+    crate::browser::screenshot(&url, 5_000, (1000, 720), "status.png");
+}

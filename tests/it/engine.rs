@@ -2,7 +2,7 @@
 //! partitions.
 
 use crate::common::{
-    board_of, for_levels, level_in_block_room, level_with_boxes, level_with_boxes_on_goals, repo, small_level, truth,
+    for_levels, level_in_block_room, level_with_boxes, level_with_boxes_on_goals, repo, small_level, truth,
 };
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
@@ -97,7 +97,7 @@ fn pi_corrals_keep_the_optimum_on_crowded_levels() {
         prop_assert_eq!(c_status, status, "{}", text);
         prop_assert_eq!(c_pushes, pushes, "{}", text);
         if let (Some(n), Some(sol)) = (c_pushes, c_solution) {
-            let level = sokoshard::model::level::parse_one(&text, "gen").unwrap();
+            let level = sokoshard::model::level::parse_one(text, "gen").unwrap();
             let v = verify(&level, &sol);
             prop_assert!(v.valid && v.pushes == n, "{}: {:?}", text, v);
         }

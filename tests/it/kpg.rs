@@ -1,7 +1,7 @@
 //! k-PG deadlock tables never change an answer, and the database file round-trips
 //! through the CLI with its refusals.
 
-use crate::common::{board_of, for_levels, goal_seeds, reach_states, repo, small_level, start_state, truth, State};
+use crate::common::{for_levels, goal_seeds, reach_states, repo, small_level, start_state, truth, State};
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::kpg::{unpack, DeadPlayers, DeadlockTables};

@@ -3,6 +3,7 @@
 //! cluster as separate processes, and the deployment files.
 mod architecture;
 mod bound;
+mod browser;
 mod cli;
 mod cluster;
 mod common;

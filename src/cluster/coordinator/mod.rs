@@ -4,6 +4,7 @@
 //! [`backend`] (the cluster's `LayerBackend`).
 
 pub mod backend;
+mod http;
 pub mod job;
 mod lookup;
 pub mod record;
@@ -48,6 +49,8 @@ pub const DEFAULT_PARTITIONS: u32 = 64;
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
     pub listen: SocketAddr,
+    /// Where the status page is served (`--http`), if anywhere.
+    pub http: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub net: NetConfig,
     /// Interval workers heartbeat at.
@@ -617,6 +620,9 @@ pub async fn serve(cfg: CoordinatorConfig) -> Result<(), ClusterError> {
     // one service per node: served directly, no router
     let server = builder
         .serve_with_incoming(svc.server(&cfg.net.token), tokio_stream::wrappers::TcpListenerStream::new(listener));
+    if let Some(addr) = cfg.http {
+        http::spawn(addr, sh.clone()).await?;
+    }
     let runner = tokio::spawn(run_jobs(sh));
     let r = server.await;
     runner.abort();

@@ -1,0 +1,70 @@
+//! `replay` and `--html`: solution replay pages written to a file, for any
+//! solution (checked by `verify` first) or for what `solve` and `submit` found.
+
+use super::levels::level_of;
+use super::{Selection, EXIT_NOT_SOLVED, EXIT_OK};
+use anyhow::{Context, Result};
+use sokoshard::model::level::Level;
+use sokoshard::model::solution::verify;
+use sokoshard::page::replay::{replay_html, ReplayLevel};
+use sokoshard::solve::SolveReport;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// Collection file (XSB/SOK), or - for standard input.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub select: Selection,
+    /// The solution in LURD (lowercase walks, uppercase pushes).
+    #[arg(long)]
+    pub solution: String,
+    /// The HTML file to write.
+    #[arg(long)]
+    pub html: PathBuf,
+}
+
+/// Writes the replay of a solution that verifies; refuses one that does not,
+/// naming the step where it fails, and writes nothing.
+pub fn run_replay(args: ReplayArgs) -> Result<ExitCode> {
+    let level = level_of(&args.file, &args.select, "replay")?;
+    let v = verify(&level, &args.solution);
+    if !v.valid {
+        eprintln!(
+            "error: the solution is invalid at step {}: {} (after {} pushes, {} moves); no page written",
+            v.step.unwrap_or(0),
+            v.reason.as_deref().unwrap_or("?"),
+            v.pushes,
+            v.moves
+        );
+        return Ok(ExitCode::from(EXIT_NOT_SOLVED));
+    }
+    write_replay(&args.html, &[ReplayLevel::new(&level, &args.solution, v.pushes, v.moves)])?;
+    println!(
+        "wrote {}: level {} ({}), {} pushes, {} moves",
+        args.html.display(),
+        level.index,
+        level.title,
+        v.pushes,
+        v.moves
+    );
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+/// The replay of a report's solution on `level`, when it has one that verifies.
+pub fn replay_of(level: &Level, report: &SolveReport) -> Option<ReplayLevel> {
+    let solution = report.solution.as_deref()?;
+    let v = verify(level, solution);
+    v.valid.then(|| ReplayLevel::new(level, solution, v.pushes, v.moves))
+}
+
+/// Writes the page of `levels` to `path` (tmp + rename).
+pub fn write_replay(path: &Path, levels: &[ReplayLevel]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, replay_html(levels)).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
