@@ -941,9 +941,18 @@ fn the_status_page_shows_the_workers_the_jobs_and_the_frontier_chart() {
     c.wait_workers(2);
     let file = repo(MICROBAN);
     // a level of some 40 layers, so that the chart has lines to draw
-    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "16", "--json"]);
+    let replay = c.dir.path().join("replay.html");
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "16", "--json", "--html", replay.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
     let solved: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // submit --html: the same replay page as a local solve of the same solution
+    let o = Command::new(BIN)
+        .args(["replay", file.to_str().unwrap(), "--level", "16", "--solution", solved["solution"].as_str().unwrap()])
+        .args(["--html", c.dir.path().join("local.html").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(&replay).unwrap(), std::fs::read(c.dir.path().join("local.html")).unwrap());
     // the token rule: none, a wrong one, the right one in the address or a header
     let (head, body) = http_get(&http, "/status.json");
     assert!(head.starts_with("HTTP/1.1 401") && body.contains("no cluster token"), "{head}\n{body}");
@@ -959,7 +968,7 @@ fn the_status_page_shows_the_workers_the_jobs_and_the_frontier_chart() {
     // the solved job's replay
     let (head, body) = http_get(&http, &format!("/jobs/1/replay?token={TOKEN}"));
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(body.contains(solved["solution"].as_str().unwrap()));
+    assert_eq!(body.as_bytes(), std::fs::read(&replay).unwrap(), "the served replay differs from submit --html's");
     let (head, _) = http_get(&http, &format!("/jobs/9/replay?token={TOKEN}"));
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
     // in a browser

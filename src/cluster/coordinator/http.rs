@@ -146,6 +146,17 @@ fn replay(sh: &Shared, id: u64) -> Response<Full<Bytes>> {
     }
 }
 
+/// A rough duration for people: seconds, minutes or hours.
+fn duration(secs: f64) -> String {
+    if secs < 90.0 {
+        format!("{secs:.0} s")
+    } else if secs < 5400.0 {
+        format!("{:.0} min", secs / 60.0)
+    } else {
+        format!("{:.1} h", secs / 3600.0)
+    }
+}
+
 /// What the page draws: the workers, and the jobs with their layer sizes.
 fn status_json(sh: &Shared) -> serde_json::Value {
     let timeout = sh.cfg.heartbeat_timeout;
@@ -175,7 +186,13 @@ fn status_json(sh: &Shared) -> serde_json::Value {
             let depth = r.layers[0].len().saturating_sub(1) + r.layers[1].len().saturating_sub(1);
             let expected = match (r.state, r.bound) {
                 (State::Running | State::Paused, Some(u)) => {
-                    format!("at most {} more layers at bound {u}", (u as usize).saturating_sub(depth))
+                    let left = (u as usize).saturating_sub(depth);
+                    // the layers grow, so this is a floor more than a forecast
+                    let pace = s.seconds / depth.max(1) as f64;
+                    format!(
+                        "at most {left} more layers at bound {u}, {} at the pace so far",
+                        duration(left as f64 * pace)
+                    )
                 }
                 (State::Running | State::Paused, None) => "unknown (the plain search has no bound)".into(),
                 _ => "-".into(),
