@@ -81,5 +81,6 @@ fn push_successor_iff_pull_predecessor() {
         }
         Ok(None)
     });
+    eprintln!("push_successor_iff_pull_predecessor: {tally:?}");
     tally.assert_covers(200, 0.3, false);
 }
