@@ -106,6 +106,10 @@ pub struct WorkerArgs {
     /// Where this worker keeps its identity and its checkpoints.
     #[arg(long)]
     pub data_dir: PathBuf,
+    /// Serve Prometheus metrics (plain HTTP, behind the cluster token) on this
+    /// address, e.g. 0.0.0.0:7490; the path is /metrics.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
     /// Memory budget, e.g. 4G or 512M (default: half the machine's memory):
     /// half of it holds layers in RAM, the rest spills to the data dir.
     #[arg(long)]
@@ -158,7 +162,7 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub json: bool,
     /// Write a replay page (HTML) of the solved levels to this file.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "detach")]
     pub html: Option<PathBuf>,
     /// Print the job ids and return at once.
     #[arg(long)]
@@ -229,6 +233,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<ExitCode> {
         data_dir: a.data_dir,
         mem,
         net: a.net.config()?,
+        metrics: a.metrics,
     };
     runtime()?.block_on(sokoshard::cluster::worker::serve(cfg))?;
     Ok(ExitCode::from(EXIT_OK))

@@ -9,6 +9,7 @@ pub mod client;
 pub mod codec;
 pub mod coordinator;
 pub mod error;
+pub mod http;
 pub mod net;
 pub mod persist;
 pub mod worker;

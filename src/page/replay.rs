@@ -27,7 +27,9 @@ impl ReplayLevel {
             index: level.index,
             title: level.title.clone(),
             xsb: level.to_xsb(),
-            solution: solution.to_string(),
+            // the page steps over moves; whitespace (which verify skips) would
+            // put the greyed text out of step
+            solution: solution.chars().filter(|c| !c.is_whitespace()).collect(),
             pushes,
             moves,
         }
@@ -43,8 +45,9 @@ pub fn replay_html(levels: &[ReplayLevel]) -> String {
         levels: &'a [ReplayLevel],
     }
     let json = serde_json::to_string(&Data { levels }).expect("plain data serializes");
-    // inside a <script> element nothing may close it: "</" never appears
-    let json = json.replace("</", "<\\/");
+    // inside a <script> element no '<' may start a tag or a comment: JSON
+    // strings may write it as \u003c
+    let json = json.replace('<', "\\u003c");
     TEMPLATE.replacen("/*DATA*/", &json, 1)
 }
 
@@ -76,9 +79,19 @@ mod tests {
 
     #[test]
     fn a_title_cannot_close_the_script() {
-        let mut level = parse_one("#####\n#@$.#\n#####\n", "t.xsb").unwrap();
-        level.title = "</script><script>alert(1)</script>".into();
-        let p = replay_html(&[ReplayLevel::new(&level, "R", 1, 1)]);
-        assert_eq!(p.matches("</script>").count(), 2, "{p}");
+        for title in ["</script><script>alert(1)</script>", "<!--<script>"] {
+            let mut level = parse_one("#####\n#@$.#\n#####\n", "t.xsb").unwrap();
+            level.title = title.into();
+            let p = replay_html(&[ReplayLevel::new(&level, "R", 1, 1)]);
+            assert_eq!(p.matches("</script>").count(), 2, "{p}");
+            let data = &p[p.find("application/json\">").unwrap()..];
+            assert!(!data[16..data.find("</script>").unwrap()].contains('<'), "{p}");
+        }
+    }
+
+    #[test]
+    fn whitespace_in_a_solution_is_dropped() {
+        let level = parse_one("#######\n#@ $ .#\n#######\n", "t.xsb").unwrap();
+        assert_eq!(ReplayLevel::new(&level, "r R\nR", 2, 3).solution, "rRR");
     }
 }

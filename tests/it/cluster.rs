@@ -68,6 +68,8 @@ struct Cluster {
     coordinator_args: Vec<String>,
     workers: Vec<Proc>,
     tls: Vec<String>,
+    /// Arguments every worker started from now on gets.
+    worker_extra: Vec<String>,
 }
 
 fn spawn(args: &[String], log: &Path) -> Proc {
@@ -97,7 +99,15 @@ impl Cluster {
         args.extend(s(extra));
         args.extend(tls.iter().cloned());
         let coordinator = spawn(&args, &dir.path().join("coordinator.log"));
-        let mut c = Cluster { dir, addr, coordinator, coordinator_args: args, workers: Vec::new(), tls: tls.to_vec() };
+        let mut c = Cluster {
+            dir,
+            addr,
+            coordinator,
+            coordinator_args: args,
+            workers: Vec::new(),
+            tls: tls.to_vec(),
+            worker_extra: Vec::new(),
+        };
         c.wait_listening();
         c
     }
@@ -124,6 +134,7 @@ impl Cluster {
         let mut args = s(&["worker", "--join", &self.addr, "--listen", &addr, "--token", TOKEN]);
         args.extend(s(&["--mem", mem, "--threads", "1", "--data-dir", self.worker_dir(i).to_str().unwrap()]));
         args.extend(self.tls.iter().cloned());
+        args.extend(self.worker_extra.iter().cloned());
         let p = spawn(&args, &self.dir.path().join(format!("worker{i}.log")));
         if i < self.workers.len() {
             self.workers[i] = p;
@@ -979,4 +990,85 @@ fn the_status_page_shows_the_workers_the_jobs_and_the_frontier_chart() {
     assert!(page.contains("class=\"forward\"") && page.contains("class=\"backward\""), "no chart: {page}");
     assert!(page.contains(&format!("jobs/1/replay?token={TOKEN}")), "{page}");
     crate::browser::screenshot(&url, 5_000, (1000, 720), "status.png");
+}
+
+/// The value of the one sample of `name` with `labels` in a parsed scrape.
+fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let found: Vec<&prometheus_parse::Sample> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .collect();
+    assert_eq!(found.len(), 1, "{name} {labels:?}: {:?}", scrape.samples);
+    match found[0].value {
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => v,
+        ref v => panic!("{name}: not a plain value: {v:?}"),
+    }
+}
+
+fn scrape(addr: &str, path: &str) -> prometheus_parse::Scrape {
+    let (head, body) = http_get(addr, path);
+    assert!(head.starts_with("HTTP/1.1 200") && head.contains("text/plain; version=0.0.4"), "{head}\n{body}");
+    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap()
+}
+
+/// Prometheus metrics: the coordinator's on its `--http` listener, each
+/// worker's on its `--metrics` listener, behind the token, scraped during a
+/// job and read by a real exposition-format parser.
+#[test]
+fn metrics_of_the_coordinator_and_every_worker_parse_during_a_job() {
+    let http = format!("127.0.0.1:{}", free_port());
+    // slow layers, so that the job is still running when it is scraped
+    let mut c = Cluster::start(&["--http", &http, "--layer-delay-ms", "150"], &[]);
+    let metrics: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    for (i, m) in metrics.iter().enumerate() {
+        c.worker_extra = s(&["--metrics", m]);
+        c.start_worker(i);
+    }
+    c.wait_workers(2);
+    let id = submit_detached(&c, "16");
+    c.wait_for("a few layers", 90, |st| layers_done(&job(st, id)) >= 3 && job(st, id)["state"] == "running");
+    let (head, _) = http_get(&http, "/metrics");
+    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    let co = scrape(&http, &format!("/metrics?token={TOKEN}"));
+    assert_eq!(sample(&co, "sokoshard_workers", &[("state", "alive")]), 2.0);
+    assert_eq!(sample(&co, "sokoshard_workers", &[("state", "lost")]), 0.0);
+    assert_eq!(sample(&co, "sokoshard_jobs", &[("state", "running")]), 1.0);
+    let job_id = id.to_string();
+    let layers = sample(&co, "sokoshard_job_layers_done", &[("job", &job_id), ("side", "forward")])
+        + sample(&co, "sokoshard_job_layers_done", &[("job", &job_id), ("side", "backward")]);
+    assert!(layers >= 3.0, "{layers}");
+    assert!(sample(&co, "sokoshard_job_states_stored", &[("job", &job_id)]) >= layers);
+    assert!(co.docs.contains_key("sokoshard_job_frontier_states"), "{:?}", co.docs);
+    for m in &metrics {
+        let (head, _) = http_get(m, "/metrics");
+        assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+        let w = scrape(m, &format!("/metrics?token={TOKEN}"));
+        assert_eq!(sample(&w, "sokoshard_worker_memory_budget_bytes", &[]), (256u64 << 20) as f64);
+        assert_eq!(sample(&w, "sokoshard_worker_job", &[]), id as f64);
+        assert!(sample(&w, "sokoshard_worker_partitions", &[]) >= 1.0);
+        assert!(sample(&w, "sokoshard_worker_rss_bytes", &[]) > (1u64 << 20) as f64);
+        assert_eq!(
+            sample(&co, "sokoshard_worker_memory_budget_bytes", &[("node", &node_of(&c, m))]),
+            (256u64 << 20) as f64
+        );
+    }
+    let o = c.cli(&["cancel", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// The node id of the worker whose metrics are served at `metrics` (the
+/// worker started with that `--metrics`, found by its log's listen line).
+fn node_of(c: &Cluster, metrics: &str) -> String {
+    let st = c.status();
+    let workers = st["workers"].as_array().unwrap();
+    let i = c.workers.iter().position(|p| std::fs::read_to_string(&p.log).unwrap_or_default().contains(metrics));
+    let log = std::fs::read_to_string(&c.workers[i.expect("a worker log names the metrics address")].log).unwrap();
+    workers
+        .iter()
+        .map(|w| w["node_id"].as_str().unwrap().to_string())
+        .find(|n| log.contains(n.as_str()))
+        .unwrap_or_else(|| panic!("no node of {workers:?} in the log:\n{log}"))
 }

@@ -1,148 +1,56 @@
 //! The coordinator's HTTP listener (`--http`): the status page, its data as
-//! `status.json`, and the replay page of each solved job, all behind the
-//! cluster token (an `Authorization: Bearer` or `x-sokoshard-token` header, or
-//! `?token=` in the address, which is how a browser opens the page).
+//! `status.json`, the replay page of each solved job and the Prometheus
+//! `metrics`, all behind the cluster token (an `Authorization: Bearer` or
+//! `x-sokoshard-token` header, or `?token=` in the address, which is how a
+//! browser opens the page).
 
 use super::{Shared, State};
-use crate::cluster::net::{same_token, TOKEN_HEADER};
+use crate::cluster::http::{self as web, Exposition, Reply};
 use crate::cluster::ClusterError;
 use crate::page::replay::{replay_html, ReplayLevel};
 use crate::page::STATUS_HTML;
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{Request, StatusCode};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// Binds `addr` now (so that a bad address fails the start) and serves from a
-/// task of its own.
-pub async fn spawn(addr: SocketAddr, sh: Arc<Shared>) -> Result<(), ClusterError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| ClusterError::io(format!("listening on {addr} for the status page"), e))?;
-    tracing::info!(http = %addr, "status page listening");
-    tokio::spawn(async move {
-        loop {
-            let stream = match listener.accept().await {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    // out of descriptors and the like: let the condition pass
-                    tracing::warn!(error = %e, "status page accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let sh = sh.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| {
-                    let answer = answer(&sh, &req);
-                    async move { Ok::<_, std::convert::Infallible>(answer) }
-                });
-                if let Err(e) =
-                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await
-                {
-                    tracing::debug!(error = %e, "status page connection ended");
-                }
-            });
-        }
-    });
-    Ok(())
+/// Binds `addr` now (so that a bad address fails the start) and serves the
+/// pages and the metrics from a task of their own.
+pub async fn spawn(addr: SocketAddr, sh: Arc<Shared>) -> Result<SocketAddr, ClusterError> {
+    let token = sh.cfg.net.token.clone();
+    web::spawn(addr, "status page", token, Arc::new(move |req: &Request<Incoming>| answer(&sh, req))).await
 }
 
-fn reply(status: StatusCode, kind: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(status)
-        .header("content-type", kind)
-        .header("cache-control", "no-store")
-        .body(Full::new(body.into()))
-        .expect("static headers")
-}
-
-fn text(status: StatusCode, msg: String) -> Response<Full<Bytes>> {
-    reply(status, "text/plain; charset=utf-8", msg + "\n")
-}
-
-/// `%XX` and `+` decoded; `None` for a malformed escape or bytes that are not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// The token a request carries, from its headers or its query.
-fn token_of(req: &Request<Incoming>) -> Option<String> {
-    let h = req.headers();
-    if let Some(t) = h.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
-        return Some(t.to_string());
-    }
-    if let Some(t) = h.get("authorization").and_then(|v| v.to_str().ok()).and_then(|s| s.strip_prefix("Bearer ")) {
-        return Some(t.to_string());
-    }
-    req.uri().query()?.split('&').find_map(|kv| kv.strip_prefix("token=")).and_then(percent_decode)
-}
-
-fn answer(sh: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    if req.method() != Method::GET {
-        return text(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not served here: only GET", req.method()));
-    }
-    match token_of(req) {
-        None => {
-            return text(
-                StatusCode::UNAUTHORIZED,
-                "no cluster token: open the page as /?token=<the cluster token>".into(),
-            )
-        }
-        Some(t) if !same_token(t.as_bytes(), sh.cfg.net.token.as_bytes()) => {
-            return text(StatusCode::UNAUTHORIZED, "wrong cluster token".into())
-        }
-        Some(_) => {}
-    }
+fn answer(sh: &Shared, req: &Request<Incoming>) -> Reply {
     let path = req.uri().path();
     match path {
-        "/" | "/index.html" => reply(StatusCode::OK, "text/html; charset=utf-8", STATUS_HTML),
-        "/status.json" => reply(StatusCode::OK, "application/json", status_json(sh).to_string()),
+        "/" | "/index.html" => web::reply(StatusCode::OK, "text/html; charset=utf-8", STATUS_HTML),
+        "/status.json" => web::reply(StatusCode::OK, "application/json", status_json(sh).to_string()),
+        "/metrics" => web::metrics(metrics(sh)),
         _ => match path.strip_prefix("/jobs/").and_then(|r| r.strip_suffix("/replay")).map(str::parse::<u64>) {
             Some(Ok(id)) => replay(sh, id),
-            _ => text(StatusCode::NOT_FOUND, format!("{path}: no such page (try /, /status.json, /jobs/<id>/replay)")),
+            _ => web::text(
+                StatusCode::NOT_FOUND,
+                format!("{path}: no such page (try /, /status.json, /metrics, /jobs/<id>/replay)"),
+            ),
         },
     }
 }
 
-fn replay(sh: &Shared, id: u64) -> Response<Full<Bytes>> {
-    let Some(rec) = sh.record(id) else { return text(StatusCode::NOT_FOUND, format!("no job {id}")) };
+fn replay(sh: &Shared, id: u64) -> Reply {
+    let Some(rec) = sh.record(id) else { return web::text(StatusCode::NOT_FOUND, format!("no job {id}")) };
     let solved = rec.result.as_ref().and_then(|r| Some((r.solution.clone()?, r.pushes?, r.moves?)));
     let Some((solution, pushes, moves)) = solved else {
-        return text(StatusCode::NOT_FOUND, format!("job {id} has no solution to replay"));
+        return web::text(StatusCode::NOT_FOUND, format!("job {id} has no solution to replay"));
     };
     match crate::model::level::parse_one(&rec.level_text, &rec.title) {
         Ok(mut level) => {
             level.index = rec.index as usize;
             level.title = rec.title.clone();
             let page = replay_html(&[ReplayLevel::new(&level, &solution, pushes, moves)]);
-            reply(StatusCode::OK, "text/html; charset=utf-8", page)
+            web::reply(StatusCode::OK, "text/html; charset=utf-8", page)
         }
-        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("job {id}'s level does not parse: {e}")),
+        Err(e) => web::text(StatusCode::INTERNAL_SERVER_ERROR, format!("job {id}'s level does not parse: {e}")),
     }
 }
 
@@ -187,8 +95,10 @@ fn status_json(sh: &Shared) -> serde_json::Value {
             let expected = match (r.state, r.bound) {
                 (State::Running | State::Paused, Some(u)) => {
                     let left = (u as usize).saturating_sub(depth);
-                    // the layers grow, so this is a floor more than a forecast
-                    let pace = s.seconds / depth.max(1) as f64;
+                    // the iteration's seconds per layer so far; the layers
+                    // grow, so the time left is likely more
+                    let spent = e.iteration_started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+                    let pace = spent / depth.max(1) as f64;
                     format!(
                         "at most {left} more layers at bound {u}, {} at the pace so far",
                         duration(left as f64 * pace)
@@ -218,16 +128,121 @@ fn status_json(sh: &Shared) -> serde_json::Value {
     serde_json::json!({ "coordinator": sh.cfg.listen.to_string(), "workers": workers, "jobs": jobs })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::percent_decode;
-
-    #[test]
-    fn tokens_in_addresses_are_decoded() {
-        assert_eq!(percent_decode("a%20b+c%2Fd").as_deref(), Some("a b c/d"));
-        assert_eq!(percent_decode("plain").as_deref(), Some("plain"));
-        assert_eq!(percent_decode("bad%2"), None);
-        assert_eq!(percent_decode("bad%zz"), None);
-        assert_eq!(percent_decode("%ff"), None);
+/// The coordinator's Prometheus metrics: workers (as their heartbeats last
+/// said), jobs by state, and each unfinished job's progress.
+fn metrics(sh: &Shared) -> String {
+    let mut m = Exposition::default();
+    let timeout = sh.cfg.heartbeat_timeout;
+    {
+        let workers = sh.lock_workers();
+        let alive = workers.values().filter(|w| !w.left && w.last_seen.elapsed() < timeout).count();
+        let lost = workers.values().filter(|w| !w.left && w.last_seen.elapsed() >= timeout).count();
+        m.family(
+            "sokoshard_workers",
+            "gauge",
+            "Workers known to the coordinator, by state (lost: no heartbeat within the timeout).",
+            &[(vec![("state", "alive".into())], alive as f64), (vec![("state", "lost".into())], lost as f64)],
+        );
+        let per = |f: &dyn Fn(&super::WorkerEntry) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
+            workers.iter().map(|(id, w)| (vec![("node", id.clone())], f(w))).collect()
+        };
+        m.family("sokoshard_worker_memory_budget_bytes", "gauge", "A worker's --mem.", &per(&|w| w.memory as f64));
+        m.family(
+            "sokoshard_worker_rss_bytes",
+            "gauge",
+            "A worker's resident memory.",
+            &per(&|w| w.stats.rss_bytes as f64),
+        );
+        m.family(
+            "sokoshard_worker_store_memory_bytes",
+            "gauge",
+            "Bytes of a worker's state store in memory.",
+            &per(&|w| w.stats.store_memory_bytes as f64),
+        );
+        m.family(
+            "sokoshard_worker_disk_bytes",
+            "gauge",
+            "Bytes of a worker's state store on disk.",
+            &per(&|w| w.stats.store_disk_bytes as f64),
+        );
+        m.family(
+            "sokoshard_worker_bytes_sent_total",
+            "counter",
+            "Successor bytes a worker sent to other workers.",
+            &per(&|w| w.stats.bytes_sent as f64),
+        );
     }
+    let jobs = sh.lock_jobs();
+    let states = [State::Queued, State::Running, State::Paused, State::Finished, State::Failed, State::Cancelled];
+    let by_state: Vec<(Vec<(&str, String)>, f64)> = states
+        .iter()
+        .map(|&st| {
+            let name = serde_json::to_value(st).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            (vec![("state", name)], jobs.values().filter(|e| e.rec.state == st).count() as f64)
+        })
+        .collect();
+    m.family("sokoshard_jobs", "gauge", "Jobs by state.", &by_state);
+    let live: Vec<_> = jobs.values().filter(|e| !super::terminal(e.rec.state)).collect();
+    let per_job = |f: &dyn Fn(&super::JobEntry) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
+        live.iter().map(|e| (vec![("job", e.rec.id.to_string())], f(e))).collect()
+    };
+    let per_side = |f: &dyn Fn(&[u64]) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
+        live.iter()
+            .flat_map(|e| {
+                [("forward", 0), ("backward", 1)].map(|(side, i)| {
+                    (vec![("job", e.rec.id.to_string()), ("side", side.to_string())], f(&e.rec.layers[i]))
+                })
+            })
+            .collect()
+    };
+    m.family(
+        "sokoshard_job_layers_done",
+        "gauge",
+        "Completed layers of a job's side (this bound iteration).",
+        &per_side(&|l| l.len() as f64),
+    );
+    m.family(
+        "sokoshard_job_frontier_states",
+        "gauge",
+        "States in a job's side's last layer.",
+        &per_side(&|l| l.last().copied().unwrap_or(0) as f64),
+    );
+    m.family("sokoshard_job_states_stored", "gauge", "States a job stored.", &per_job(&|e| e.rec.stored as f64));
+    m.family(
+        "sokoshard_job_states_generated",
+        "gauge",
+        "Successors a job generated.",
+        &per_job(&|e| e.rec.generated as f64),
+    );
+    m.family(
+        "sokoshard_job_states_per_second",
+        "gauge",
+        "States a job stored per second of its running time.",
+        &per_job(&|e| Shared::status_of(e).rate),
+    );
+    m.family(
+        "sokoshard_job_bytes_exchanged",
+        "gauge",
+        "Successor bytes a job sent between workers.",
+        &per_job(&|e| e.rec.bytes_exchanged as f64),
+    );
+    m.family(
+        "sokoshard_job_memory_bytes",
+        "gauge",
+        "The workers' store memory for a job.",
+        &per_job(&|e| e.rec.memory_bytes as f64),
+    );
+    m.family(
+        "sokoshard_job_disk_bytes",
+        "gauge",
+        "The workers' store disk bytes for a job.",
+        &per_job(&|e| e.rec.disk_bytes as f64),
+    );
+    m.family(
+        "sokoshard_job_bound",
+        "gauge",
+        "The bound of a job's running iteration.",
+        &per_job(&|e| e.rec.bound.map_or(f64::NAN, f64::from)),
+    );
+    m.finish()
 }

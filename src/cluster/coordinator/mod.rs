@@ -92,6 +92,9 @@ struct JobEntry {
     tx: watch::Sender<JobStatus>,
     /// When the current run started.
     run_started: Option<Instant>,
+    /// When the running bound iteration started (this run), for the status
+    /// page's pace.
+    iteration_started: Option<Instant>,
 }
 
 /// The coordinator's state, shared by the service and the job runner.
@@ -173,7 +176,11 @@ impl Shared {
         {
             let mut jobs = self.lock_jobs();
             let e = jobs.get_mut(&id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
+            let bound = e.rec.bound;
             f(&mut e.rec);
+            if e.rec.bound != bound || e.iteration_started.is_none() {
+                e.iteration_started = Some(Instant::now());
+            }
             e.tx.send_replace(Self::status_of(e));
         }
         if durable {
@@ -240,40 +247,60 @@ fn load_jobs(data_dir: &Path) -> Result<(Vec<JobRecord>, u64), ClusterError> {
         std::fs::rename(&legacy, &moved).map_err(|e| ClusterError::io(format!("renaming {}", legacy.display()), e))?;
         tracing::info!(jobs = body.jobs.len(), "job log moved to one file per job");
     }
+    // the earlier log's next id, in case it ran ahead of its jobs
+    if let Ok(Some(body)) = persist::read::<LogBody>(&data_dir.join("jobs.log.moved"), LOG_MAGIC, LOG_VERSION) {
+        next_id = next_id.max(body.next_id);
+    }
     let listing = std::fs::read_dir(&dir).map_err(|e| ClusterError::io(format!("listing {}", dir.display()), e))?;
-    let mut ids = Vec::new();
+    // id -> whether its record file is there (false: only damaged copies are)
+    let mut ids = BTreeMap::new();
     for entry in listing {
         let entry = entry.map_err(|e| ClusterError::io(format!("listing {}", dir.display()), e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let (stem, live) = match (name.strip_suffix(".job"), name.strip_suffix(".job.corrupt")) {
+        let (stem, live) = match (name.strip_suffix(".job"), name.split_once(".job.corrupt")) {
             (Some(stem), _) => (stem, true),
-            (None, Some(stem)) => (stem, false),
+            (None, Some((stem, _))) => (stem, false),
             _ => continue,
         };
         let Ok(id) = stem.parse::<u64>() else { continue };
         next_id = next_id.max(id + 1);
-        if live {
-            ids.push(id);
-        }
+        *ids.entry(id).or_insert(false) |= live;
     }
-    ids.sort_unstable();
     let mut records = Vec::with_capacity(ids.len());
-    for id in ids {
+    for (id, live) in ids {
         let path = job_path(data_dir, id);
-        let why = match persist::read::<JobRecord>(&path, RECORD_MAGIC, RECORD_VERSION) {
-            Ok(Some(rec)) if rec.id == id => {
-                records.push(rec);
-                continue;
+        let why = if !live {
+            // stopped between keeping a damaged record aside and writing its stub
+            format!("{}: found damaged on an earlier start", path.display())
+        } else {
+            match persist::read::<JobRecord>(&path, RECORD_MAGIC, RECORD_VERSION) {
+                Ok(Some(rec)) if rec.id == id => {
+                    records.push(rec);
+                    continue;
+                }
+                Ok(Some(rec)) => format!("{}: holds job {}", path.display(), rec.id),
+                Ok(None) => continue,
+                Err(ClusterError::DataLoss(why)) => why,
+                Err(e) => return Err(e),
             }
-            Ok(Some(rec)) => format!("{}: holds job {}", path.display(), rec.id),
-            Ok(None) => continue,
-            Err(ClusterError::DataLoss(why)) => why,
-            Err(e) => return Err(e),
         };
-        let mut kept = path.clone().into_os_string();
-        kept.push(".corrupt");
-        let kept = PathBuf::from(kept);
-        std::fs::rename(&path, &kept).map_err(|e| ClusterError::io(format!("renaming {}", path.display()), e))?;
+        let kept = if live {
+            // a name not taken yet: an earlier damaged copy is never overwritten
+            let kept = (1..)
+                .map(|n| {
+                    let mut k = path.clone().into_os_string();
+                    k.push(if n == 1 { ".corrupt".to_string() } else { format!(".corrupt.{n}") });
+                    PathBuf::from(k)
+                })
+                .find(|k| !k.exists())
+                .expect("some name is free");
+            std::fs::rename(&path, &kept).map_err(|e| ClusterError::io(format!("renaming {}", path.display()), e))?;
+            kept
+        } else {
+            let mut k = path.clone().into_os_string();
+            k.push(".corrupt");
+            PathBuf::from(k)
+        };
         tracing::error!(job = id, reason = %why, kept = %kept.display(), "job record unreadable; the job is marked failed");
         let mut rec = JobRecord::new(id, Kind::Solve, String::new(), format!("job {id}"), 0, Settings::default());
         rec.state = State::Failed;
@@ -327,6 +354,7 @@ impl CoordinatorService {
                 cancelled: Arc::new(AtomicBool::new(false)),
                 tx: watch::channel(JobStatus::default()).0,
                 run_started: None,
+                iteration_started: None,
                 rec,
             };
             entry.tx.send_replace(Shared::status_of(&entry));
@@ -494,6 +522,7 @@ impl Coordinator for CoordinatorService {
             cancelled: Arc::new(AtomicBool::new(false)),
             tx: watch::channel(JobStatus::default()).0,
             run_started: None,
+            iteration_started: None,
             rec,
         };
         entry.tx.send_replace(Shared::status_of(&entry));
@@ -670,7 +699,7 @@ mod tests {
         assert!(!dir.path().join("jobs.log").exists() && dir.path().join("jobs.log.moved").exists());
         // read again from the files it wrote
         let (again, next) = load_jobs(dir.path()).unwrap();
-        assert_eq!((again.len(), next), (2, 8));
+        assert_eq!((again.len(), next), (2, 9));
     }
 
     #[test]
@@ -688,5 +717,14 @@ mod tests {
         assert!(jobs[2].message.contains("format version 2 is not supported"), "{}", jobs[2].message);
         assert_eq!(next, 5);
         assert!(dir.path().join("jobs/4.job.corrupt").exists());
+        // damaged again: the first damaged copy stays, the second gets its own name
+        std::fs::write(job_path(dir.path(), 4), b"torn").unwrap();
+        let (jobs, _) = load_jobs(dir.path()).unwrap();
+        assert_eq!(jobs[2].state, State::Failed);
+        assert!(dir.path().join("jobs/4.job.corrupt").exists() && dir.path().join("jobs/4.job.corrupt.2").exists());
+        // a damaged copy whose stub was never written is a failed job, not a lost one
+        std::fs::write(dir.path().join("jobs/6.job.corrupt"), b"torn").unwrap();
+        let (jobs, next) = load_jobs(dir.path()).unwrap();
+        assert_eq!((jobs.last().unwrap().id, jobs.last().unwrap().state, next), (6, State::Failed, 7));
     }
 }

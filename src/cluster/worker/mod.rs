@@ -40,6 +40,8 @@ pub struct WorkerConfig {
     pub data_dir: PathBuf,
     pub mem: u64,
     pub net: NetConfig,
+    /// Where Prometheus metrics are served (`--metrics`), if anywhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 struct State {
@@ -145,6 +147,59 @@ impl WorkerService {
             bytes_sent: self.st.bytes_sent.load(Ordering::Relaxed),
             keys_local: self.st.keys_local.load(Ordering::Relaxed),
         }
+    }
+
+    /// The worker's Prometheus metrics.
+    pub fn metrics(&self) -> String {
+        let s = self.stats();
+        let job = self.st.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut m = crate::cluster::http::Exposition::default();
+        m.one("sokoshard_worker_memory_budget_bytes", "gauge", "This worker's --mem.", self.st.mem as f64);
+        m.one("sokoshard_worker_rss_bytes", "gauge", "Resident memory of this process.", s.rss_bytes as f64);
+        m.one(
+            "sokoshard_worker_peak_rss_bytes",
+            "gauge",
+            "Peak resident memory of this process.",
+            s.peak_rss_bytes as f64,
+        );
+        m.one(
+            "sokoshard_worker_store_memory_bytes",
+            "gauge",
+            "Bytes of the job's state store in memory.",
+            s.store_memory_bytes as f64,
+        );
+        m.one(
+            "sokoshard_worker_disk_bytes",
+            "gauge",
+            "Bytes of the job's state store on disk (spilled and checkpointed).",
+            s.store_disk_bytes as f64,
+        );
+        m.one("sokoshard_worker_partitions", "gauge", "Partitions of the job this worker owns.", s.partitions as f64);
+        m.one(
+            "sokoshard_worker_job",
+            "gauge",
+            "The id of the job this worker holds (0: none).",
+            job.map_or(0.0, |j| j.id() as f64),
+        );
+        m.one(
+            "sokoshard_worker_keys_sent_total",
+            "counter",
+            "Successor keys sent to other workers.",
+            s.keys_sent as f64,
+        );
+        m.one(
+            "sokoshard_worker_bytes_sent_total",
+            "counter",
+            "Successor bytes sent to other workers.",
+            s.bytes_sent as f64,
+        );
+        m.one(
+            "sokoshard_worker_keys_local_total",
+            "counter",
+            "Successor keys routed to this worker's own partitions.",
+            s.keys_local as f64,
+        );
+        m.finish()
     }
 
     /// The service wrapped with the token check and size limits.
@@ -410,6 +465,14 @@ pub async fn serve(cfg: WorkerConfig) -> Result<(), ClusterError> {
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = cfg.net.server_tls()? {
         builder = builder.tls_config(tls)?;
+    }
+    if let Some(addr) = cfg.metrics {
+        let s = svc.clone();
+        let handler = Arc::new(move |req: &hyper::Request<hyper::body::Incoming>| match req.uri().path() {
+            "/metrics" => crate::cluster::http::metrics(s.metrics()),
+            p => crate::cluster::http::text(hyper::StatusCode::NOT_FOUND, format!("{p}: only /metrics is served here")),
+        });
+        crate::cluster::http::spawn(addr, "metrics", cfg.net.token.clone(), handler).await?;
     }
     // one service per node: served directly, no router
     let server = builder.serve_with_incoming(
