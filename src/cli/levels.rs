@@ -16,8 +16,9 @@ pub struct LevelsArgs {
     pub json: bool,
 }
 
+/// A solution and the one level it is for (`verify`, `replay`).
 #[derive(clap::Args)]
-pub struct VerifyArgs {
+pub struct SolutionOf {
     /// Collection file (XSB/SOK), or - for standard input.
     pub file: PathBuf,
     #[command(flatten)]
@@ -25,6 +26,23 @@ pub struct VerifyArgs {
     /// The solution in LURD (lowercase walks, uppercase pushes).
     #[arg(long)]
     pub solution: String,
+}
+
+impl SolutionOf {
+    /// The one level picked, parsed; `command` names who asks.
+    pub fn level(&self, command: &str) -> Result<sokoshard::model::level::Level> {
+        let all = read_collection(&self.file)?;
+        let source = self.file.display().to_string();
+        let picked = self.select.pick(&all, &source)?;
+        anyhow::ensure!(picked.len() == 1, "{command} needs exactly one level: use --level N or --title T");
+        picked[0].parse().context("parsing the level")
+    }
+}
+
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub of: SolutionOf,
     /// One JSON object: valid, pushes, moves, and step and reason when invalid.
     #[arg(long)]
     pub json: bool,
@@ -66,30 +84,26 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(if broken > 0 { EXIT_BAD_INPUT } else { EXIT_OK }))
 }
 
-/// The one level `select` picks from `file`, parsed; `command` names who asks.
-pub fn level_of(file: &std::path::Path, select: &Selection, command: &str) -> Result<sokoshard::model::level::Level> {
-    let all = read_collection(file)?;
-    let source = file.display().to_string();
-    let picked = select.pick(&all, &source)?;
-    anyhow::ensure!(picked.len() == 1, "{command} needs exactly one level: use --level N or --title T");
-    picked[0].parse().context("parsing the level")
-}
-
 pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
-    let level = level_of(&args.file, &args.select, "verify")?;
-    let v = verify(&level, &args.solution);
+    let level = args.of.level("verify")?;
+    let v = verify(&level, &args.of.solution);
     if args.json {
         println!("{}", serde_json::to_string(&v)?);
     } else if v.valid {
         println!("valid: {} pushes, {} moves", v.pushes, v.moves);
     } else {
-        println!(
-            "invalid at step {}: {} (after {} pushes, {} moves)",
-            v.step.unwrap_or(0),
-            v.reason.as_deref().unwrap_or("?"),
-            v.pushes,
-            v.moves
-        );
+        println!("{}", invalid(&v));
     }
     Ok(ExitCode::from(if v.valid { EXIT_OK } else { EXIT_NOT_SOLVED }))
+}
+
+/// Where and why a solution fails, as `verify` and `replay` say it.
+pub fn invalid(v: &sokoshard::model::solution::Verdict) -> String {
+    format!(
+        "invalid at step {}: {} (after {} pushes, {} moves)",
+        v.step.unwrap_or(0),
+        v.reason.as_deref().unwrap_or("?"),
+        v.pushes,
+        v.moves
+    )
 }

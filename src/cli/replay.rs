@@ -1,8 +1,8 @@
 //! `replay` and `--html`: solution replay pages written to a file, for any
 //! solution (checked by `verify` first) or for what `solve` and `submit` found.
 
-use super::levels::level_of;
-use super::{Selection, EXIT_NOT_SOLVED, EXIT_OK};
+use super::levels::{invalid, SolutionOf};
+use super::{EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
 use sokoshard::model::level::Level;
 use sokoshard::model::solution::verify;
@@ -13,13 +13,8 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct ReplayArgs {
-    /// Collection file (XSB/SOK), or - for standard input.
-    pub file: PathBuf,
     #[command(flatten)]
-    pub select: Selection,
-    /// The solution in LURD (lowercase walks, uppercase pushes).
-    #[arg(long)]
-    pub solution: String,
+    pub of: SolutionOf,
     /// The HTML file to write.
     #[arg(long)]
     pub html: PathBuf,
@@ -28,19 +23,13 @@ pub struct ReplayArgs {
 /// Writes the replay of a solution that verifies; refuses one that does not,
 /// naming the step where it fails, and writes nothing.
 pub fn run_replay(args: ReplayArgs) -> Result<ExitCode> {
-    let level = level_of(&args.file, &args.select, "replay")?;
-    let v = verify(&level, &args.solution);
+    let level = args.of.level("replay")?;
+    let v = verify(&level, &args.of.solution);
     if !v.valid {
-        eprintln!(
-            "error: the solution is invalid at step {}: {} (after {} pushes, {} moves); no page written",
-            v.step.unwrap_or(0),
-            v.reason.as_deref().unwrap_or("?"),
-            v.pushes,
-            v.moves
-        );
+        eprintln!("error: the solution is {}; no page written", invalid(&v));
         return Ok(ExitCode::from(EXIT_NOT_SOLVED));
     }
-    write_replay(&args.html, &[ReplayLevel::new(&level, &args.solution, v.pushes, v.moves)])?;
+    write_replay(&args.html, &[ReplayLevel::new(&level, &args.of.solution, v.pushes, v.moves)])?;
     println!(
         "wrote {}: level {} ({}), {} pushes, {} moves",
         args.html.display(),

@@ -11,23 +11,27 @@ struct Rule {
     why: &'static str,
 }
 
+/// What a pure room (the model, the pages) may not name: no other room, no
+/// I/O, no threads, no async.
+const PURE: &[&str] = &[
+    "crate::engine",
+    "crate::storage",
+    "crate::cluster",
+    "crate::solve",
+    "cli::",
+    "tokio",
+    "tonic",
+    "prost",
+    "rayon",
+    "std::fs",
+    "std::net",
+    "std::thread",
+];
+
 const RULES: &[Rule] = &[
     Rule {
         room: "src/model/",
-        forbidden: &[
-            "crate::engine",
-            "crate::storage",
-            "crate::cluster",
-            "crate::solve",
-            "cli::",
-            "tokio",
-            "tonic",
-            "prost",
-            "rayon",
-            "std::fs",
-            "std::net",
-            "std::thread",
-        ],
+        forbidden: PURE,
         why: "the model and rules are pure: no other room, no I/O, no threads, no async",
     },
     Rule {
@@ -37,20 +41,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         room: "src/page/",
-        forbidden: &[
-            "crate::engine",
-            "crate::storage",
-            "crate::cluster",
-            "crate::solve",
-            "cli::",
-            "tokio",
-            "tonic",
-            "prost",
-            "rayon",
-            "std::fs",
-            "std::net",
-            "std::thread",
-        ],
+        forbidden: PURE,
         why: "the pages are strings built from the model's types: no I/O, no other room",
     },
     Rule {

@@ -4,7 +4,7 @@
 //! `x-sokoshard-token` header, or `?token=` in the address, which is how a
 //! browser opens the page).
 
-use super::{Shared, State};
+use super::{JobEntry, Shared, State, WorkerEntry};
 use crate::cluster::http::{self as web, Exposition, Reply};
 use crate::cluster::ClusterError;
 use crate::page::replay::{replay_html, ReplayLevel};
@@ -128,6 +128,39 @@ fn status_json(sh: &Shared) -> serde_json::Value {
     serde_json::json!({ "coordinator": sh.cfg.listen.to_string(), "workers": workers, "jobs": jobs })
 }
 
+/// A figure of each worker or job: metric name, type, help, and its value.
+type Figure<T> = (&'static str, &'static str, &'static str, fn(&T) -> f64);
+
+const WORKER_FIGURES: &[Figure<WorkerEntry>] = &[
+    ("sokoshard_worker_memory_budget_bytes", "gauge", "A worker's --mem.", |w| w.memory as f64),
+    ("sokoshard_worker_rss_bytes", "gauge", "A worker's resident memory.", |w| w.stats.rss_bytes as f64),
+    ("sokoshard_worker_store_memory_bytes", "gauge", "Bytes of a worker's state store in memory.", |w| {
+        w.stats.store_memory_bytes as f64
+    }),
+    ("sokoshard_worker_disk_bytes", "gauge", "Bytes of a worker's state store on disk.", |w| {
+        w.stats.store_disk_bytes as f64
+    }),
+    ("sokoshard_worker_bytes_sent_total", "counter", "Successor bytes a worker sent to other workers.", |w| {
+        w.stats.bytes_sent as f64
+    }),
+];
+
+const JOB_FIGURES: &[Figure<JobEntry>] = &[
+    ("sokoshard_job_states_stored", "gauge", "States a job stored.", |e| e.rec.stored as f64),
+    ("sokoshard_job_states_generated", "gauge", "Successors a job generated.", |e| e.rec.generated as f64),
+    ("sokoshard_job_states_per_second", "gauge", "States a job stored per second of its running time.", |e| {
+        Shared::status_of(e).rate
+    }),
+    ("sokoshard_job_bytes_exchanged", "gauge", "Successor bytes a job sent between workers.", |e| {
+        e.rec.bytes_exchanged as f64
+    }),
+    ("sokoshard_job_memory_bytes", "gauge", "The workers' store memory for a job.", |e| e.rec.memory_bytes as f64),
+    ("sokoshard_job_disk_bytes", "gauge", "The workers' store disk bytes for a job.", |e| e.rec.disk_bytes as f64),
+    ("sokoshard_job_bound", "gauge", "The bound of a job's running iteration.", |e| {
+        e.rec.bound.map_or(f64::NAN, f64::from)
+    }),
+];
+
 /// The coordinator's Prometheus metrics: workers (as their heartbeats last
 /// said), jobs by state, and each unfinished job's progress.
 fn metrics(sh: &Shared) -> String {
@@ -143,34 +176,10 @@ fn metrics(sh: &Shared) -> String {
             "Workers known to the coordinator, by state (lost: no heartbeat within the timeout).",
             &[(vec![("state", "alive".into())], alive as f64), (vec![("state", "lost".into())], lost as f64)],
         );
-        let per = |f: &dyn Fn(&super::WorkerEntry) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
-            workers.iter().map(|(id, w)| (vec![("node", id.clone())], f(w))).collect()
-        };
-        m.family("sokoshard_worker_memory_budget_bytes", "gauge", "A worker's --mem.", &per(&|w| w.memory as f64));
-        m.family(
-            "sokoshard_worker_rss_bytes",
-            "gauge",
-            "A worker's resident memory.",
-            &per(&|w| w.stats.rss_bytes as f64),
-        );
-        m.family(
-            "sokoshard_worker_store_memory_bytes",
-            "gauge",
-            "Bytes of a worker's state store in memory.",
-            &per(&|w| w.stats.store_memory_bytes as f64),
-        );
-        m.family(
-            "sokoshard_worker_disk_bytes",
-            "gauge",
-            "Bytes of a worker's state store on disk.",
-            &per(&|w| w.stats.store_disk_bytes as f64),
-        );
-        m.family(
-            "sokoshard_worker_bytes_sent_total",
-            "counter",
-            "Successor bytes a worker sent to other workers.",
-            &per(&|w| w.stats.bytes_sent as f64),
-        );
+        for (name, kind, help, f) in WORKER_FIGURES {
+            let samples: Vec<_> = workers.iter().map(|(id, w)| (vec![("node", id.clone())], f(w))).collect();
+            m.family(name, kind, help, &samples);
+        }
     }
     let jobs = sh.lock_jobs();
     let states = [State::Queued, State::Running, State::Paused, State::Finished, State::Failed, State::Cancelled];
@@ -182,67 +191,29 @@ fn metrics(sh: &Shared) -> String {
         })
         .collect();
     m.family("sokoshard_jobs", "gauge", "Jobs by state.", &by_state);
-    let live: Vec<_> = jobs.values().filter(|e| !super::terminal(e.rec.state)).collect();
-    let per_job = |f: &dyn Fn(&super::JobEntry) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
-        live.iter().map(|e| (vec![("job", e.rec.id.to_string())], f(e))).collect()
-    };
-    let per_side = |f: &dyn Fn(&[u64]) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
-        live.iter()
+    let live: Vec<&JobEntry> = jobs.values().filter(|e| !super::terminal(e.rec.state)).collect();
+    let sides: [Figure<[u64]>; 2] = [
+        ("sokoshard_job_layers_done", "gauge", "Completed layers of a job's side (this bound iteration).", |l| {
+            l.len() as f64
+        }),
+        ("sokoshard_job_frontier_states", "gauge", "States in a job's side's last layer.", |l| {
+            l.last().copied().unwrap_or(0) as f64
+        }),
+    ];
+    for (name, kind, help, f) in sides {
+        let samples: Vec<_> = live
+            .iter()
             .flat_map(|e| {
                 [("forward", 0), ("backward", 1)].map(|(side, i)| {
                     (vec![("job", e.rec.id.to_string()), ("side", side.to_string())], f(&e.rec.layers[i]))
                 })
             })
-            .collect()
-    };
-    m.family(
-        "sokoshard_job_layers_done",
-        "gauge",
-        "Completed layers of a job's side (this bound iteration).",
-        &per_side(&|l| l.len() as f64),
-    );
-    m.family(
-        "sokoshard_job_frontier_states",
-        "gauge",
-        "States in a job's side's last layer.",
-        &per_side(&|l| l.last().copied().unwrap_or(0) as f64),
-    );
-    m.family("sokoshard_job_states_stored", "gauge", "States a job stored.", &per_job(&|e| e.rec.stored as f64));
-    m.family(
-        "sokoshard_job_states_generated",
-        "gauge",
-        "Successors a job generated.",
-        &per_job(&|e| e.rec.generated as f64),
-    );
-    m.family(
-        "sokoshard_job_states_per_second",
-        "gauge",
-        "States a job stored per second of its running time.",
-        &per_job(&|e| Shared::status_of(e).rate),
-    );
-    m.family(
-        "sokoshard_job_bytes_exchanged",
-        "gauge",
-        "Successor bytes a job sent between workers.",
-        &per_job(&|e| e.rec.bytes_exchanged as f64),
-    );
-    m.family(
-        "sokoshard_job_memory_bytes",
-        "gauge",
-        "The workers' store memory for a job.",
-        &per_job(&|e| e.rec.memory_bytes as f64),
-    );
-    m.family(
-        "sokoshard_job_disk_bytes",
-        "gauge",
-        "The workers' store disk bytes for a job.",
-        &per_job(&|e| e.rec.disk_bytes as f64),
-    );
-    m.family(
-        "sokoshard_job_bound",
-        "gauge",
-        "The bound of a job's running iteration.",
-        &per_job(&|e| e.rec.bound.map_or(f64::NAN, f64::from)),
-    );
+            .collect();
+        m.family(name, kind, help, &samples);
+    }
+    for (name, kind, help, f) in JOB_FIGURES {
+        let samples: Vec<_> = live.iter().map(|e| (vec![("job", e.rec.id.to_string())], f(e))).collect();
+        m.family(name, kind, help, &samples);
+    }
     m.finish()
 }
