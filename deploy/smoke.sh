@@ -79,7 +79,7 @@ dc() { "${compose[@]}" -p "$project" "${files[@]}" "$@"; }
 token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
 printf 'SOKOSHARD_TOKEN=%s\n' "$token" >"$tmp/cluster.env"
 export SOKOSHARD_TOKEN=$token
-export SOKOSHARD_IMAGE=$tag SOKOSHARD_ENV_FILE=$tmp/cluster.env SOKOSHARD_BIND=127.0.0.1 SOKOSHARD_PORT=
+export SOKOSHARD_IMAGE=$tag SOKOSHARD_ENV_FILE=$tmp/cluster.env SOKOSHARD_BIND=127.0.0.1 SOKOSHARD_PORT= SOKOSHARD_HTTP_PORT=
 # client flags for the host side (TLS: trust the cluster's certificate by name)
 client=()
 if [ "$tls" = 1 ]; then

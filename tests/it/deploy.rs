@@ -273,6 +273,17 @@ fn kubernetes_manifests_parse_and_have_the_expected_objects() {
     }
 }
 
+/// The pod template's Prometheus annotations name the port the container
+/// serves `/metrics` on (the `flag`'s port), and the container declares it.
+fn scraped_at(template: &Value, c: &Value, args: &[String], flag_name: &str) {
+    let (_, port) = host_port(&flag(args, flag_name).unwrap_or_else(|| panic!("no {flag_name}")));
+    let ann = &template["metadata"]["annotations"];
+    assert_eq!(ann["prometheus.io/scrape"], "true");
+    assert_eq!(ann["prometheus.io/port"].as_str(), Some(port.to_string().as_str()));
+    assert_eq!(ann["prometheus.io/path"], "/metrics");
+    assert!(list(&c["ports"], "ports").iter().any(|p| p["containerPort"].as_u64() == Some(port as u64)));
+}
+
 #[test]
 fn workers_are_a_statefulset_behind_a_headless_service_with_a_volume_each() {
     let m = Manifests::load();
@@ -298,6 +309,7 @@ fn workers_are_a_statefulset_behind_a_headless_service_with_a_volume_each() {
     let c = container(&spec["template"]["spec"], name);
     let args = args_of(c);
     assert_eq!(args[0], "worker");
+    scraped_at(&spec["template"], c, &args, "--metrics");
     let (port, port_name) = served_port(c, name);
     for p in list(&svc["spec"]["ports"], "ports") {
         assert_eq!(
@@ -384,6 +396,7 @@ fn the_coordinator_is_a_deployment_with_a_service_and_workers_join_it() {
     let c = container(pod, name);
     let args = args_of(c);
     assert_eq!(args[0], "coordinator");
+    scraped_at(&dep["spec"]["template"], c, &args, "--http");
     let (port, _) = served_port(c, name);
     for (probe, p) in probe_ports(c) {
         assert_eq!(p, port, "{probe} dials another port than --listen");
@@ -571,12 +584,22 @@ fn compose_runs_a_coordinator_and_three_workers_with_own_volumes_and_health_chec
     let cargs = args(coord);
     let (_, coord_port) = host_port(&flag(&cargs, "--listen").unwrap());
     assert!(cargs.iter().any(|a| a.starts_with("--data-dir")));
-    // the coordinator is published (on loopback by default) at its --listen port
+    // the coordinator is published (on loopback by default) at its --listen
+    // port, and its status page and metrics at its --http port
+    let (_, http_port) = host_port(&flag(&cargs, "--http").expect("the coordinator serves --http"));
     let ports = strings(&coord["ports"], "ports");
-    assert_eq!(ports.len(), 1);
-    let published = compose_defaults(&ports[0]);
-    assert!(published.starts_with("127.0.0.1:"), "publish on loopback by default, not {published}");
-    assert!(published.ends_with(&format!(":{coord_port}")));
+    assert_eq!(ports.len(), 2);
+    for (published, port) in ports.iter().map(|p| compose_defaults(p)).zip([coord_port, http_port]) {
+        assert!(published.starts_with("127.0.0.1:"), "publish on loopback by default, not {published}");
+        assert!(published.ends_with(&format!(":{port}")), "{published} is not port {port}");
+    }
+    // Prometheus labels name the ports the nodes serve metrics on
+    let scrape_port = |v: &Value| v["labels"]["prometheus.io/port"].as_str().map(|p| p.parse::<u16>().unwrap());
+    assert_eq!(scrape_port(coord), Some(http_port));
+    for (name, w) in &workers {
+        let (_, m) = host_port(&flag(&args(w), "--metrics").unwrap_or_else(|| panic!("{name}: --metrics")));
+        assert_eq!(scrape_port(w), Some(m), "{name}");
+    }
 
     let declared: BTreeSet<&String> = c["volumes"].as_object().expect("top-level volumes").keys().collect();
     let env_files: BTreeSet<String> =
