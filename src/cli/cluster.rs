@@ -426,10 +426,12 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
             "id", "state", "level", "layer", "states", "states/s", "seconds"
         );
         for j in &jobs {
-            let note = match &j.result {
-                Some(r) if r.status == Status::Solved => format!("{} pushes", r.pushes.unwrap_or(0)),
-                Some(r) => r.status.name().to_string(),
-                None => j.message.clone(),
+            let note = match (&j.result, j.queue_position) {
+                (Some(r), _) if r.status == Status::Solved => format!("{} pushes", r.pushes.unwrap_or(0)),
+                (Some(r), _) => r.status.name().to_string(),
+                (None, Some(n)) if j.message.is_empty() => format!("queue #{n}"),
+                (None, Some(n)) => format!("queue #{n}: {}", j.message),
+                (None, None) => j.message.clone(),
             };
             println!(
                 "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12.0} {:>9.1}  {}",

@@ -37,6 +37,9 @@ pub struct JobView {
     /// The bounded search's running iteration `U` (none: the plain search).
     pub bound: Option<u32>,
     pub result: Option<SolveReport>,
+    /// A queued job's place in the queue (1: runs next); the coordinator runs
+    /// one job at a time, the oldest unfinished first.
+    pub queue_position: Option<u32>,
 }
 
 impl JobView {
@@ -166,6 +169,7 @@ fn job_view(s: &JobStatus) -> JobView {
         bytes_exchanged: s.bytes_exchanged,
         bound: s.bound,
         result: s.result.as_ref().map(report_of),
+        queue_position: None,
     }
 }
 
@@ -310,7 +314,14 @@ impl Client {
 
     pub async fn jobs(&mut self) -> Result<Vec<JobView>, ClusterError> {
         let r = self.rpc.list_jobs(ListJobsRequest {}).await.map_err(|s| status_err("listing jobs", &self.addr, s))?;
-        Ok(r.into_inner().jobs.iter().map(job_view).collect())
+        let mut jobs: Vec<JobView> = r.into_inner().jobs.iter().map(job_view).collect();
+        jobs.sort_by_key(|j| j.id);
+        let mut place = 0;
+        for j in jobs.iter_mut().filter(|j| j.state == "queued") {
+            place += 1;
+            j.queue_position = Some(place);
+        }
+        Ok(jobs)
     }
 
     pub async fn workers(&mut self) -> Result<Vec<WorkerView>, ClusterError> {

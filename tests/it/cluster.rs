@@ -1072,3 +1072,40 @@ fn node_of(c: &Cluster, metrics: &str) -> String {
         .find(|n| log.contains(n.as_str()))
         .unwrap_or_else(|| panic!("no node of {workers:?} in the log:\n{log}"))
 }
+
+/// One job runs at a time: jobs submitted meanwhile wait in a queue that
+/// `status` shows in order, and a queued job can be cancelled before it starts
+/// while the others run to their answers.
+#[test]
+fn jobs_submitted_while_one_runs_queue_and_a_queued_one_can_be_cancelled() {
+    let mut c = Cluster::start(&["--layer-delay-ms", "100"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let first = submit_detached(&c, "3");
+    c.wait_for("the first job to run", 60, |st| job(st, first)["state"] == "running");
+    let second = submit_detached(&c, "2");
+    let third = submit_detached(&c, "1");
+    let st = c.status();
+    assert_eq!(job(&st, first)["queue_position"], serde_json::Value::Null, "{st}");
+    assert_eq!(
+        (&job(&st, second)["state"], &job(&st, second)["queue_position"]),
+        (&"queued".into(), &1.into()),
+        "{st}"
+    );
+    assert_eq!((&job(&st, third)["state"], &job(&st, third)["queue_position"]), (&"queued".into(), &2.into()), "{st}");
+    let text = c.cli(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("queue #1") && text.contains("queue #2"), "{text}");
+    // cancel the last in the queue: it never starts
+    let o = c.cli(&["cancel", &third.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = c.status();
+    assert_eq!(job(&st, third)["state"], "cancelled", "{st}");
+    assert_eq!(job(&st, third)["message"], "cancelled before it started", "{st}");
+    // the others run in order, to their answers
+    let st = c.wait_for("the queue to drain", 120, |st| job(st, second)["state"] == "finished");
+    assert_eq!(job(&st, first)["state"], "finished", "{st}");
+    assert_eq!(job(&st, first)["result"]["pushes"], 13);
+    assert_eq!(job(&st, second)["result"]["pushes"], truth()[1].1 as u64);
+    assert_eq!(job(&st, third)["layer"], 0, "a cancelled queued job did no work: {st}");
+}
