@@ -115,6 +115,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     pub(super) fn assign(&mut self, rec: &JobRecord) -> Result<(), ClusterError> {
         let min = self.sh.cfg.min_workers.max(1);
         loop {
+            let seen = self.sh.changes_seen();
             if self.stop.load(Ordering::SeqCst) {
                 return Err(ClusterError::Cancelled);
             }
@@ -134,7 +135,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 return Ok(());
             }
             self.set_message(State::Queued, format!("waiting for workers: {} of {min} alive", alive.len()));
-            std::thread::sleep(Duration::from_millis(200));
+            self.wait_change(seen, Duration::from_secs(60));
         }
     }
 
@@ -156,6 +157,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     pub(super) fn ensure_ready(&mut self) -> Result<(), ClusterError> {
         let since = Instant::now();
         loop {
+            let seen = self.sh.changes_seen();
             if self.stop.load(Ordering::SeqCst) {
                 return Err(ClusterError::Cancelled);
             }
@@ -179,7 +181,9 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 }
                 self.set_message(State::Paused, format!("waiting for lost worker {} to come back", who.join(", ")));
                 self.loaded.iter_mut().for_each(|l| *l = 0);
-                std::thread::sleep(Duration::from_millis(200));
+                // until a worker comes back (or another change), at most until the resume timeout
+                let left = self.sh.cfg.resume_timeout.saturating_sub(since.elapsed());
+                self.wait_change(seen, left + Duration::from_millis(1));
                 continue;
             }
             let mut changed = false;
@@ -243,7 +247,8 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 Err(e) if e.is_node_fault() => {
                     tracing::warn!(job = self.id, error = %e, "loading the job failed, retrying");
                     self.loaded.iter_mut().for_each(|l| *l = 0);
-                    std::thread::sleep(Duration::from_millis(200));
+                    // a backoff that a change (the worker lost, or back) cuts short
+                    self.wait_change(seen, Duration::from_millis(200));
                 }
                 Err(e) => return Err(e),
             }
@@ -284,7 +289,9 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             };
             let guard = async {
                 loop {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    // checked now, and again whenever a worker is lost, leaves
+                    // or joins anew, or the job is asked to stop
+                    let seen = sh.changes_seen();
                     if stop.load(Ordering::SeqCst) {
                         return ClusterError::Cancelled;
                     }
@@ -298,6 +305,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                             _ => {}
                         }
                     }
+                    sh.changed_since(seen).await;
                 }
             };
             tokio::select! {
@@ -361,6 +369,16 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         });
     }
 
+    /// Blocks this job's thread until the cluster changes after `seen` (a
+    /// worker joins, leaves, is lost or comes back, or the job is asked to
+    /// stop) or `limit` passes.
+    fn wait_change(&self, seen: u64, limit: Duration) {
+        let sh = self.sh.clone();
+        self.rt.block_on(async move {
+            let _ = tokio::time::timeout(limit, sh.changed_since(seen)).await;
+        });
+    }
+
     /// Runs `attempt` until it succeeds, pausing through node faults.
     pub(super) fn retrying<T>(
         &mut self,
@@ -368,6 +386,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         mut attempt: impl FnMut(&mut Self) -> Result<T, ClusterError>,
     ) -> Result<Option<T>, ClusterError> {
         loop {
+            let seen = self.sh.changes_seen();
             match self.ensure_ready() {
                 Ok(()) => {}
                 Err(ClusterError::Cancelled) => return Ok(None),
@@ -390,7 +409,8 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     );
                     self.abort_all();
                     self.loaded.iter_mut().for_each(|l| *l = 0);
-                    std::thread::sleep(Duration::from_millis(200));
+                    // a backoff that a change (the worker lost, or back) cuts short
+                    self.wait_change(seen, Duration::from_millis(200));
                 }
                 Err(e) => {
                     self.abort_all();

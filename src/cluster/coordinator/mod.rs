@@ -104,6 +104,10 @@ pub struct Shared {
     jobs: Mutex<BTreeMap<u64, JobEntry>>,
     next_id: Mutex<u64>,
     wake: Notify,
+    /// Counts changes that a waiting job must look at: a worker joined, left,
+    /// was lost or came back, or a job was asked to stop. Waiters wait for
+    /// the count to move (no polling).
+    changes: watch::Sender<u64>,
     clients: WorkerClients,
     log_lock: Mutex<()>,
 }
@@ -123,6 +127,23 @@ impl Shared {
     }
     fn lock_workers(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, WorkerEntry>> {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the waiters that the cluster changed (see `changes`).
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The change count now: take it before looking, then wait for it to move.
+    pub(super) fn changes_seen(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
+    /// Waits (async) until the change count differs from `seen`.
+    pub(super) async fn changed_since(&self, seen: u64) {
+        let mut rx = self.changes.subscribe();
+        // the sender lives as long as `self`, so this ends only with a change
+        let _ = rx.wait_for(|&n| n != seen).await;
     }
 
     /// Node id -> (address, incarnation) of every live worker.
@@ -368,6 +389,7 @@ impl CoordinatorService {
                 jobs: Mutex::new(jobs),
                 next_id: Mutex::new(next_id),
                 wake: Notify::new(),
+                changes: watch::channel(0).0,
                 clients,
                 log_lock: Mutex::new(()),
             }),
@@ -438,6 +460,7 @@ impl Coordinator for CoordinatorService {
                 stats: WorkerStats::default(),
             },
         );
+        self.sh.changed();
         self.sh.wake.notify_one();
         Ok(Response::new(JoinReply {
             protocol_version: PROTOCOL_VERSION,
@@ -448,8 +471,11 @@ impl Coordinator for CoordinatorService {
     async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> R<HeartbeatReply> {
         let r = req.into_inner();
         let mut ws = self.sh.lock_workers();
+        let mut back = false;
         let known = match ws.get_mut(&r.node_id) {
             Some(w) if w.incarnation == r.incarnation && !w.left => {
+                // a worker counted as lost that heartbeats again is back
+                back = w.last_seen.elapsed() >= self.sh.cfg.heartbeat_timeout;
                 w.last_seen = Instant::now();
                 if let Some(s) = r.stats {
                     w.stats = s;
@@ -458,6 +484,11 @@ impl Coordinator for CoordinatorService {
             }
             _ => false,
         };
+        drop(ws);
+        if back {
+            tracing::info!(node = %r.node_id, "lost worker heartbeats again");
+            self.sh.changed();
+        }
         Ok(Response::new(HeartbeatReply { known }))
     }
 
@@ -469,6 +500,7 @@ impl Coordinator for CoordinatorService {
                 tracing::info!(node = %r.node_id, "worker left");
             }
         }
+        self.sh.changed();
         Ok(Response::new(LeaveReply {}))
     }
 
@@ -570,6 +602,7 @@ impl Coordinator for CoordinatorService {
         let (stop, cancelled) = self.sh.stop_flags(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
         cancelled.store(true, Ordering::SeqCst);
         stop.store(true, Ordering::SeqCst);
+        self.sh.changed();
         let queued = self.sh.record(id).is_some_and(|r| r.state == State::Queued);
         if queued {
             self.sh.update(id, true, |r| {
@@ -652,10 +685,44 @@ pub async fn serve(cfg: CoordinatorConfig) -> Result<(), ClusterError> {
     if let Some(addr) = cfg.http {
         http::spawn(addr, sh.clone()).await?;
     }
+    let reaper = tokio::spawn(watch_heartbeats(sh.clone()));
     let runner = tokio::spawn(run_jobs(sh));
     let r = server.await;
     runner.abort();
+    reaper.abort();
     r.map_err(ClusterError::from)
+}
+
+/// Counts a worker as lost the moment its heartbeat is overdue, and tells the
+/// waiters: it sleeps until the earliest time a live worker can become
+/// overdue, or until the cluster changes, whichever comes first.
+async fn watch_heartbeats(sh: Arc<Shared>) {
+    let mut lost: std::collections::BTreeSet<String> = Default::default();
+    loop {
+        let seen = sh.changes_seen();
+        let timeout = sh.cfg.heartbeat_timeout;
+        let (now_lost, next) = {
+            let ws = sh.lock_workers();
+            let overdue = |w: &WorkerEntry| !w.left && w.last_seen.elapsed() >= timeout;
+            let now_lost: std::collections::BTreeSet<String> =
+                ws.iter().filter(|(_, w)| overdue(w)).map(|(id, _)| id.clone()).collect();
+            let next = ws.values().filter(|w| !w.left && !overdue(w)).map(|w| w.last_seen + timeout).min();
+            (now_lost, next)
+        };
+        if now_lost != lost {
+            for node in now_lost.difference(&lost) {
+                tracing::warn!(node = %node, "worker lost: no heartbeat within the timeout");
+            }
+            lost = now_lost;
+            sh.changed();
+            continue;
+        }
+        let until = next.unwrap_or_else(|| Instant::now() + timeout);
+        tokio::select! {
+            _ = tokio::time::sleep_until(until.into()) => {}
+            _ = sh.changed_since(seen) => {}
+        }
+    }
 }
 
 /// The scheduler: runs the oldest unfinished job, one at a time, on a blocking
@@ -664,7 +731,8 @@ pub async fn serve(cfg: CoordinatorConfig) -> Result<(), ClusterError> {
 async fn run_jobs(sh: Arc<Shared>) {
     loop {
         let Some(id) = sh.next_job() else {
-            let _ = tokio::time::timeout(Duration::from_secs(1), sh.wake.notified()).await;
+            // a submit notifies (and a notify with no waiter is kept for the next wait)
+            sh.wake.notified().await;
             continue;
         };
         let handle = tokio::runtime::Handle::current();
