@@ -22,6 +22,17 @@ pub const EXIT_NOT_SOLVED: u8 = 1;
 /// Exit code: bad input or usage.
 pub const EXIT_BAD_INPUT: u8 = 2;
 
+/// Writes `contents` to `path` through `<path>.tmp` and a rename, so that a
+/// reader never sees half a file and a failed write leaves the old one.
+pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
 /// Reads a collection from a file, or from standard input for `-`.
 pub fn read_collection(path: &Path) -> Result<Vec<LevelText>> {
     let (text, name) = if path.as_os_str() == "-" {

@@ -3,7 +3,7 @@
 
 use super::levels::{invalid, SolutionOf};
 use super::{EXIT_NOT_SOLVED, EXIT_OK};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sokoshard::model::level::Level;
 use sokoshard::model::solution::verify;
 use sokoshard::page::replay::{replay_html, ReplayLevel};
@@ -50,10 +50,5 @@ pub fn replay_of(level: &Level, report: &SolveReport) -> Option<ReplayLevel> {
 
 /// Writes the page of `levels` to `path` (tmp + rename).
 pub fn write_replay(path: &Path, levels: &[ReplayLevel]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, replay_html(levels)).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    super::write_whole(path, replay_html(levels))
 }

@@ -283,7 +283,7 @@ fn print_outcome(o: &Outcome, json: bool) {
 }
 
 /// Writes levels with a `Solution` section each, the form Sokoban programs load.
-fn write_sok(path: &PathBuf, outcomes: &[Outcome]) -> Result<()> {
+fn write_sok(path: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
     let mut s = String::new();
     for o in outcomes {
         let Some(level) = &o.level else { continue };
@@ -299,8 +299,5 @@ fn write_sok(path: &PathBuf, outcomes: &[Outcome]) -> Result<()> {
         }
         s.push('\n');
     }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, s)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    super::write_whole(path, s)
 }

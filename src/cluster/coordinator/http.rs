@@ -75,7 +75,7 @@ fn status_json(sh: &Shared) -> serde_json::Value {
             serde_json::json!({
                 "node_id": id,
                 "address": w.address,
-                "alive": !w.left && w.last_seen.elapsed() < timeout,
+                "alive": w.alive(timeout),
                 "partitions": w.stats.partitions,
                 "memory_bytes": w.memory,
                 "rss_bytes": w.stats.rss_bytes,
@@ -168,8 +168,8 @@ fn metrics(sh: &Shared) -> String {
     let timeout = sh.cfg.heartbeat_timeout;
     {
         let workers = sh.lock_workers();
-        let alive = workers.values().filter(|w| !w.left && w.last_seen.elapsed() < timeout).count();
-        let lost = workers.values().filter(|w| !w.left && w.last_seen.elapsed() >= timeout).count();
+        let alive = workers.values().filter(|w| w.alive(timeout)).count();
+        let lost = workers.values().filter(|w| w.lost(timeout)).count();
         m.family(
             "sokoshard_workers",
             "gauge",

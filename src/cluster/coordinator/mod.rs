@@ -83,6 +83,18 @@ struct WorkerEntry {
     stats: WorkerStats,
 }
 
+impl WorkerEntry {
+    /// Still in the cluster and heard from within `timeout`.
+    fn alive(&self, timeout: Duration) -> bool {
+        !self.left && self.last_seen.elapsed() < timeout
+    }
+
+    /// Still in the cluster but not heard from within `timeout`.
+    fn lost(&self, timeout: Duration) -> bool {
+        !self.left && self.last_seen.elapsed() >= timeout
+    }
+}
+
 struct JobEntry {
     rec: JobRecord,
     /// Stops the engine (cancel or timeout).
@@ -151,7 +163,7 @@ impl Shared {
         let t = self.cfg.heartbeat_timeout;
         self.lock_workers()
             .iter()
-            .filter(|(_, w)| !w.left && w.last_seen.elapsed() < t)
+            .filter(|(_, w)| w.alive(t))
             .map(|(id, w)| (id.clone(), (w.address.clone(), w.incarnation)))
             .collect()
     }
@@ -475,7 +487,7 @@ impl Coordinator for CoordinatorService {
         let known = match ws.get_mut(&r.node_id) {
             Some(w) if w.incarnation == r.incarnation && !w.left => {
                 // a worker counted as lost that heartbeats again is back
-                back = w.last_seen.elapsed() >= self.sh.cfg.heartbeat_timeout;
+                back = w.lost(self.sh.cfg.heartbeat_timeout);
                 w.last_seen = Instant::now();
                 if let Some(s) = r.stats {
                     w.stats = s;
@@ -655,7 +667,7 @@ impl Coordinator for CoordinatorService {
             .map(|(id, w)| WorkerInfo {
                 node_id: id.clone(),
                 address: w.address.clone(),
-                alive: !w.left && w.last_seen.elapsed() < t,
+                alive: w.alive(t),
                 memory_bytes: w.memory,
                 cores: w.cores,
                 data_dir: w.data_dir.clone(),
@@ -703,10 +715,9 @@ async fn watch_heartbeats(sh: Arc<Shared>) {
         let timeout = sh.cfg.heartbeat_timeout;
         let (now_lost, next) = {
             let ws = sh.lock_workers();
-            let overdue = |w: &WorkerEntry| !w.left && w.last_seen.elapsed() >= timeout;
             let now_lost: std::collections::BTreeSet<String> =
-                ws.iter().filter(|(_, w)| overdue(w)).map(|(id, _)| id.clone()).collect();
-            let next = ws.values().filter(|w| !w.left && !overdue(w)).map(|w| w.last_seen + timeout).min();
+                ws.iter().filter(|(_, w)| w.lost(timeout)).map(|(id, _)| id.clone()).collect();
+            let next = ws.values().filter(|w| w.alive(timeout)).map(|w| w.last_seen + timeout).min();
             (now_lost, next)
         };
         if now_lost != lost {
