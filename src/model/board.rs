@@ -7,6 +7,7 @@
 //! unreachable boxes, or goals without a reachable box, make the level provably
 //! unsolvable (reported through [`Board::unsolvable`], not as an error).
 
+use super::bitgrid::BitGrid;
 use super::key::{KeySpace, MAX_FLOOR_SQUARES};
 use super::level::{Level, LevelError, LevelErrorKind};
 
@@ -54,6 +55,9 @@ pub struct Board {
     /// Why the level is provably unsolvable, if it is.
     pub unsolvable: Option<String>,
     pub keyspace: KeySpace,
+    /// The floor as bitboard rows, for grids up to 64 columns wide (the fast
+    /// path of the player's flood); `None` for wider grids.
+    pub bits: Option<BitGrid>,
 }
 
 impl Board {
@@ -140,7 +144,9 @@ impl Board {
             fixed_boxes,
             unsolvable,
             keyspace,
+            bits: None,
         };
+        board.bits = BitGrid::new(w, h, &board.cell_of);
         board.dead_forward = board.lone_box_reach(&board.goals, false).iter().map(|&r| !r).collect();
         board.dead_backward = board.lone_box_reach(&board.start_boxes, true).iter().map(|&r| !r).collect();
         if board.unsolvable.is_none() {

@@ -59,10 +59,11 @@ pub(super) struct Corrals {
 /// successors. Nothing above needs `A` connected.
 pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
     let n = board.floor_count();
-    if sc.queue.len() + boxes.len() == n {
+    if sc.reach_size() + boxes.len() == n {
         // the flood of the player's region (still in `queue`) took every free square
         return false;
     }
+    let reach = Reach { pos: &sc.pos, bits: &sc.reach_bits, mark: &sc.reach_mark, stamp: sc.reach_stamp };
     let c = &mut sc.corral;
     // one stamp per area and per corral tested; start over before they overflow
     if c.stamp > u32::MAX - 2 * n as u32 || c.fence_stamp > u32::MAX - 4 * n as u32 * n as u32 {
@@ -78,7 +79,7 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
     for f in boxes.iter().flat_map(|&b| (0..DIRS).map(move |d| board.neighbour(b, d))) {
         if f == NONE
             || sc.occ[f as usize]
-            || sc.reach_mark[f as usize] == sc.reach_stamp
+            || reach.has(f)
             || c.mark[f as usize] >= c.first
         {
             continue;
@@ -163,7 +164,7 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
                         if never_now(behind) {
                             continue;
                         }
-                        if !sc.occ[behind as usize] && sc.reach_mark[behind as usize] == sc.reach_stamp {
+                        if !sc.occ[behind as usize] && reach.has(behind) {
                             c.pushes.push((b, d as u8));
                             continue;
                         }

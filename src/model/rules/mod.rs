@@ -20,6 +20,7 @@ mod moves;
 mod reach;
 
 use corral::*;
+use reach::Reach;
 #[allow(unused_imports)]
 use freeze::*;
 pub use freeze::{pull_freeze_deadlock, push_freeze_deadlock};
@@ -65,17 +66,16 @@ impl Pruning {
 /// solved position (normalized).
 pub fn goal_states(board: &Board, sc: &mut Scratch, goals: &[u16]) -> Vec<u16> {
     sc.place(goals);
-    let mut seen = vec![false; board.floor_count()];
     let mut players = Vec::new();
     for f in 0..board.floor_count() as u16 {
-        if sc.occ[f as usize] || seen[f as usize] {
+        if sc.occ[f as usize] {
             continue;
         }
+        // a region's squares all normalize to its smallest, found first
         let n = sc.normalize(board, f);
-        for &q in &sc.queue {
-            seen[q as usize] = true;
+        if n == f {
+            players.push(n);
         }
-        players.push(n);
     }
     sc.clear(goals);
     players

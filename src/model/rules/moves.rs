@@ -155,14 +155,14 @@ pub(super) fn apply_pruned(
     keep: &mut impl FnMut(&[u16], u16, u16) -> bool,
     emit: &mut impl FnMut(&[u16], u16, BoxMove),
 ) {
-    sc.occ[m.from as usize] = false;
-    sc.occ[m.to as usize] = true;
+    sc.set_occ(m.from, false);
+    sc.set_occ(m.to, true);
     moved_boxes(boxes, m.from, m.to, next);
     let dead = pruning.freeze && frozen_dead(board, sc, next, m.to, m.kind);
     if !dead && keep(next, m.to, m.player) {
         let p = sc.normalize_after_move(board, m.from, m.to, m.player);
         emit(next, p, BoxMove { from: m.from, dir: m.dir as u8 });
     }
-    sc.occ[m.to as usize] = false;
-    sc.occ[m.from as usize] = true;
+    sc.set_occ(m.to, false);
+    sc.set_occ(m.from, true);
 }

@@ -24,6 +24,13 @@ pub struct Scratch {
     pub(super) corral: Corrals,
     pub boxes: Vec<u16>,
     pub next: Vec<u16>,
+    /// Bitboard rows (boards with a [`BitGrid`](crate::model::bitgrid::BitGrid);
+    /// empty otherwise): the boxes, the player's region, a second region, and
+    /// each floor square's bit.
+    pub(super) occ_bits: Vec<u64>,
+    pub(super) reach_bits: Vec<u64>,
+    pub(super) tmp_bits: Vec<u64>,
+    pub(super) pos: Vec<u16>,
 }
 
 impl Scratch {
@@ -44,6 +51,10 @@ impl Scratch {
             corral: Corrals { mark: vec![0; n], fence_mark: vec![0; n], ..Corrals::default() },
             boxes: Vec::with_capacity(board.box_count()),
             next: Vec::with_capacity(board.box_count()),
+            occ_bits: board.bits.as_ref().map_or(Vec::new(), |g| vec![0; g.rows()]),
+            reach_bits: board.bits.as_ref().map_or(Vec::new(), |g| vec![0; g.rows()]),
+            tmp_bits: board.bits.as_ref().map_or(Vec::new(), |g| vec![0; g.rows()]),
+            pos: board.bits.as_ref().map_or(Vec::new(), |g| g.pos.clone()),
         }
     }
 
@@ -59,6 +70,11 @@ impl Scratch {
     /// Floods the player's region from `from` over free squares, marking it in the
     /// reach buffer and keeping its two smallest squares.
     pub(super) fn flood_reach(&mut self, board: &Board, from: u16) {
+        if let Some(g) = &board.bits {
+            g.flood(&self.occ_bits, from, &mut self.reach_bits);
+            self.reach_min = g.lowest_two(&self.reach_bits);
+            return;
+        }
         let s = Self::bump(&mut self.reach_stamp, &mut self.reach_mark);
         self.queue.clear();
         self.queue.push(from);
@@ -98,6 +114,29 @@ impl Scratch {
     /// found `A` exactly. If `A` holds `vacated`, the regions on its other sides that
     /// were foreign to `R` join; they are flooded on their own.
     pub(super) fn normalize_after_move(&mut self, board: &Board, vacated: u16, filled: u16, player: u16) -> u16 {
+        if let Some(g) = &board.bits {
+            // as below, but where the shortcut fails one bitboard flood is
+            // cheaper than the bounded search and the floods of foreign regions
+            let filled_in_region = self.reachable(filled);
+            let whole = (!filled_in_region || ring_connected(board, &self.occ, filled))
+                && (0..DIRS).all(|d| {
+                    let x = board.neighbour(vacated, d);
+                    x == NONE || x == filled || self.occ[x as usize] || self.reachable(x)
+                });
+            let min = if whole {
+                let rest = if filled_in_region && filled == self.reach_min[0] {
+                    self.reach_min[1]
+                } else {
+                    self.reach_min[0]
+                };
+                rest.min(vacated)
+            } else {
+                g.flood(&self.occ_bits, player, &mut self.tmp_bits);
+                g.lowest(&self.tmp_bits)
+            };
+            debug_assert_eq!(min, self.normalize(board, player), "incremental normalization disagrees with the flood");
+            return min;
+        }
         let s = Self::bump(&mut self.stamp, &mut self.mark);
         let filled_in_region = self.reachable(filled);
         let mut min = NONE;
@@ -179,12 +218,45 @@ impl Scratch {
 
     #[inline]
     pub(super) fn reachable(&self, f: u16) -> bool {
-        self.reach_mark[f as usize] == self.reach_stamp
+        self.reach().has(f)
+    }
+
+    /// The player's region, borrowed apart from the other buffers.
+    #[inline]
+    pub(super) fn reach(&self) -> Reach<'_> {
+        Reach { pos: &self.pos, bits: &self.reach_bits, mark: &self.reach_mark, stamp: self.reach_stamp }
+    }
+
+    /// How many squares the player's region holds (valid after `flood_reach`).
+    pub(super) fn reach_size(&self) -> usize {
+        if self.pos.is_empty() {
+            self.queue.len()
+        } else {
+            self.reach_bits.iter().map(|w| w.count_ones() as usize).sum()
+        }
+    }
+
+    /// Puts a box on `f` (`true`) or takes it off.
+    #[inline]
+    pub(super) fn set_occ(&mut self, f: u16, on: bool) {
+        self.occ[f as usize] = on;
+        if let Some(&p) = self.pos.get(f as usize) {
+            let (w, b) = (p as usize >> 6, 1u64 << (p & 63));
+            if on {
+                self.occ_bits[w] |= b;
+            } else {
+                self.occ_bits[w] &= !b;
+            }
+        }
     }
 
     /// The normalized square of the region containing `from` (a second flood that
     /// leaves the reach buffer intact).
     pub fn normalize(&mut self, board: &Board, from: u16) -> u16 {
+        if let Some(g) = &board.bits {
+            g.flood(&self.occ_bits, from, &mut self.tmp_bits);
+            return g.lowest(&self.tmp_bits);
+        }
         let s = Self::bump(&mut self.stamp, &mut self.mark);
         self.queue.clear();
         self.queue.push(from);
@@ -213,13 +285,33 @@ impl Scratch {
 
     pub(super) fn place(&mut self, boxes: &[u16]) {
         for &b in boxes {
-            self.occ[b as usize] = true;
+            self.set_occ(b, true);
         }
     }
 
     pub(super) fn clear(&mut self, boxes: &[u16]) {
         for &b in boxes {
-            self.occ[b as usize] = false;
+            self.set_occ(b, false);
+        }
+    }
+}
+
+/// The player's region as [`Scratch::flood_reach`] left it: bits on a board
+/// with a bit grid, stamps otherwise.
+#[derive(Clone, Copy)]
+pub(super) struct Reach<'a> {
+    pub(super) pos: &'a [u16],
+    pub(super) bits: &'a [u64],
+    pub(super) mark: &'a [u32],
+    pub(super) stamp: u32,
+}
+
+impl Reach<'_> {
+    #[inline]
+    pub(super) fn has(self, f: u16) -> bool {
+        match self.pos.get(f as usize) {
+            Some(&p) => self.bits[p as usize >> 6] >> (p & 63) & 1 == 1,
+            None => self.mark[f as usize] == self.stamp,
         }
     }
 }

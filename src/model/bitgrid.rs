@@ -1,0 +1,269 @@
+//! Bitboards: the floor laid out one grid row per `u64` word (boards up to 64
+//! columns wide), and the flood fill that grows a region a whole run of squares
+//! per instruction.
+//!
+//! Bit `c` of word `r` is the grid cell at column `c`, row `r`. Floor indices
+//! ascend with the grid cell (row-major), so the lowest set bit of a region is
+//! its smallest floor index: the normalized player square.
+
+use super::board::NONE;
+
+/// Widest grid the bit layout takes (one word per row).
+pub const MAX_WIDTH: usize = 64;
+
+/// The floor of one board as rows of bits, with the maps between floor
+/// indices and bits.
+#[derive(Debug, Clone)]
+pub struct BitGrid {
+    /// Floor squares, one word per grid row.
+    pub floor: Vec<u64>,
+    /// Floor index -> bit (`row * 64 + column`).
+    pub pos: Vec<u16>,
+    /// Bit -> floor index, or [`NONE`] for a wall.
+    pub at: Vec<u16>,
+}
+
+impl BitGrid {
+    /// The layout of a grid `width` wide whose floor squares are the cells
+    /// `cell_of` (ascending); `None` when the grid is wider than [`MAX_WIDTH`].
+    pub fn new(width: usize, height: usize, cell_of: &[usize]) -> Option<BitGrid> {
+        if width > MAX_WIDTH {
+            return None;
+        }
+        let mut floor = vec![0u64; height];
+        let mut at = vec![NONE; height * 64];
+        let mut pos = Vec::with_capacity(cell_of.len());
+        for (f, &c) in cell_of.iter().enumerate() {
+            let (r, col) = (c / width, c % width);
+            floor[r] |= 1 << col;
+            let bit = r * 64 + col;
+            at[bit] = f as u16;
+            pos.push(bit as u16);
+        }
+        Some(BitGrid { floor, pos, at })
+    }
+
+    #[inline]
+    pub fn rows(&self) -> usize {
+        self.floor.len()
+    }
+
+    /// The word and the mask of floor square `f`.
+    #[inline]
+    pub fn word_bit(&self, f: u16) -> (usize, u64) {
+        let p = self.pos[f as usize] as usize;
+        (p >> 6, 1u64 << (p & 63))
+    }
+
+    /// Writes into `out` the squares connected to floor square `from` through
+    /// floor squares not in `occ` (`from` itself must not be in `occ`).
+    pub fn flood(&self, occ: &[u64], from: u16, out: &mut [u64]) {
+        let (r0, b) = self.word_bit(from);
+        self.flood_from(occ, r0, b, out)
+    }
+
+    /// [`flood`](Self::flood) from the squares `seed` of row `r0`.
+    pub fn flood_from(&self, occ: &[u64], r0: usize, seed: u64, out: &mut [u64]) {
+        out.fill(0);
+        let free = |r: usize| self.floor[r] & !occ[r];
+        out[r0] = fill_row(free(r0), seed);
+        let (mut lo, mut hi) = (r0, r0);
+        let rows = self.rows();
+        let mut first = true;
+        loop {
+            // down: each row takes what the one above reaches into it
+            let mut changed = false;
+            let mut r = lo + 1;
+            while r < rows {
+                let s = out[r - 1] & free(r) & !out[r];
+                if s != 0 {
+                    out[r] = fill_row(free(r), out[r] | s);
+                    changed = true;
+                    hi = hi.max(r);
+                } else if r > hi {
+                    break;
+                }
+                r += 1;
+            }
+            if !changed && !first {
+                return;
+            }
+            first = false;
+            // up: the same from below
+            changed = false;
+            let mut r = hi;
+            while r > 0 {
+                let s = out[r] & free(r - 1) & !out[r - 1];
+                if s != 0 {
+                    out[r - 1] = fill_row(free(r - 1), out[r - 1] | s);
+                    changed = true;
+                    lo = lo.min(r - 1);
+                } else if r - 1 < lo {
+                    break;
+                }
+                r -= 1;
+            }
+            if !changed {
+                return;
+            }
+        }
+    }
+
+    /// The smallest floor index in `region`, or [`NONE`] when it is empty.
+    #[inline]
+    pub fn lowest(&self, region: &[u64]) -> u16 {
+        match region.iter().position(|&w| w != 0) {
+            Some(r) => self.at[r * 64 + region[r].trailing_zeros() as usize],
+            None => NONE,
+        }
+    }
+
+    /// The two smallest floor indices in `region` ([`NONE`] where absent).
+    pub fn lowest_two(&self, region: &[u64]) -> [u16; 2] {
+        let mut out = [NONE; 2];
+        let mut k = 0;
+        for (r, &w) in region.iter().enumerate() {
+            let mut w = w;
+            while w != 0 && k < 2 {
+                out[k] = self.at[r * 64 + w.trailing_zeros() as usize];
+                k += 1;
+                w &= w - 1;
+            }
+            if k == 2 {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Calls `f` with the floor index of every square of `region`, ascending.
+    #[inline]
+    pub fn for_each(&self, region: &[u64], mut f: impl FnMut(u16)) {
+        for (r, &w) in region.iter().enumerate() {
+            let mut w = w;
+            while w != 0 {
+                f(self.at[r * 64 + w.trailing_zeros() as usize]);
+                w &= w - 1;
+            }
+        }
+    }
+}
+
+/// The runs of set bits of `free` that hold a bit of `seed` (`seed` within
+/// `free`). Adding the seed to `free` carries from each run's lowest seed bit to
+/// the run's top, which gives the run from there up; a fill by doubling shifts
+/// (Kogge-Stone) gives the rest down to the run's bottom.
+#[inline]
+pub fn fill_row(free: u64, seed: u64) -> u64 {
+    let mut g = (free & !free.wrapping_add(seed)) | seed;
+    let mut p = free;
+    g |= p & (g >> 1);
+    p &= p >> 1;
+    g |= p & (g >> 2);
+    p &= p >> 2;
+    g |= p & (g >> 4);
+    p &= p >> 4;
+    g |= p & (g >> 8);
+    p &= p >> 8;
+    g |= p & (g >> 16);
+    p &= p >> 16;
+    g | (p & (g >> 32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The runs of `free` holding a seed, one bit at a time.
+    fn fill_row_simple(free: u64, seed: u64) -> u64 {
+        let mut out = seed & free;
+        loop {
+            let grown = (out | (out << 1) | (out >> 1)) & free;
+            if grown == out {
+                return out;
+            }
+            out = grown;
+        }
+    }
+
+    /// A flood over a grid of booleans, a square at a time.
+    fn flood_simple(free: &[Vec<bool>], from: (usize, usize)) -> Vec<Vec<bool>> {
+        let (h, w) = (free.len(), free[0].len());
+        let mut seen = vec![vec![false; w]; h];
+        let mut stack = vec![from];
+        seen[from.0][from.1] = true;
+        while let Some((r, c)) = stack.pop() {
+            let around = [(r.wrapping_sub(1), c), (r + 1, c), (r, c.wrapping_sub(1)), (r, c + 1)];
+            for (nr, nc) in around {
+                if nr < h && nc < w && free[nr][nc] && !seen[nr][nc] {
+                    seen[nr][nc] = true;
+                    stack.push((nr, nc));
+                }
+            }
+        }
+        seen
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn fill_row_takes_exactly_the_seeded_runs(free in any::<u64>(), seed in any::<u64>()) {
+            prop_assert_eq!(fill_row(free, seed & free), fill_row_simple(free, seed));
+        }
+
+        /// Random grids up to the full 64 columns, walls around the edge as in a
+        /// level, boxes as `occ`: the bit flood matches the square-by-square one.
+        #[test]
+        fn flood_matches_a_square_by_square_flood(
+            w in 3usize..=64,
+            h in 3usize..=24,
+            seed in any::<u64>(),
+            density in 0u32..100,
+        ) {
+            let mut rng = seed;
+            let mut next = || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng };
+            let mut floor = vec![vec![false; w]; h];
+            let mut occ = vec![vec![false; w]; h];
+            let mut cells = Vec::new();
+            for (r, row) in floor.iter_mut().enumerate() {
+                for (c, sq) in row.iter_mut().enumerate() {
+                    if r > 0 && r + 1 < h && c > 0 && c + 1 < w && (next() % 100) as u32 >= density / 2 {
+                        *sq = true;
+                        cells.push(r * w + c);
+                        occ[r][c] = (next() % 100) < 20;
+                    }
+                }
+            }
+            let Some(g) = BitGrid::new(w, h, &cells) else { unreachable!() };
+            let occ_bits: Vec<u64> = (0..h)
+                .map(|r| (0..w).filter(|&c| occ[r][c]).fold(0u64, |a, c| a | 1 << c))
+                .collect();
+            let free: Vec<Vec<bool>> =
+                (0..h).map(|r| (0..w).map(|c| floor[r][c] && !occ[r][c]).collect()).collect();
+            let mut out = vec![0u64; h];
+            for (f, &c) in cells.iter().enumerate() {
+                let (r, col) = (c / w, c % w);
+                if !free[r][col] || f % 7 != 0 {
+                    continue;
+                }
+                g.flood(&occ_bits, f as u16, &mut out);
+                let want = flood_simple(&free, (r, col));
+                for rr in 0..h {
+                    for cc in 0..w {
+                        prop_assert_eq!(out[rr] >> cc & 1 == 1, want[rr][cc], "row {} column {}", rr, cc);
+                    }
+                }
+                let lowest = cells.iter().position(|&c| want[c / w][c % w]).map_or(NONE, |i| i as u16);
+                prop_assert_eq!(g.lowest(&out), lowest);
+            }
+        }
+    }
+
+    #[test]
+    fn wider_grids_take_no_bit_layout() {
+        assert!(BitGrid::new(65, 3, &[66]).is_none());
+        assert!(BitGrid::new(64, 3, &[65]).is_some());
+    }
+}
