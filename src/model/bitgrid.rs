@@ -63,45 +63,64 @@ impl BitGrid {
     }
 
     /// [`flood`](Self::flood) from the squares `seed` of row `r0`.
+    ///
+    /// A scanline fill: each run of squares taken in (a whole run of its row,
+    /// found by [`fill_row`]) is pushed on a stack, and popping it takes in the
+    /// runs it touches in the rows above and below. The work is a few
+    /// instructions per run of the region, however it winds. Should the stack
+    /// fill, sweeps down and up the rows finish the region.
     pub fn flood_from(&self, occ: &[u64], r0: usize, seed: u64, out: &mut [u64]) {
+        const DEPTH: usize = 64;
         out.fill(0);
         let free = |r: usize| self.floor[r] & !occ[r];
         out[r0] = fill_row(free(r0), seed);
-        let (mut lo, mut hi) = (r0, r0);
+        let mut stack = [(0usize, 0u64); DEPTH];
+        stack[0] = (r0, out[r0]);
+        let mut len = 1;
+        let mut overflow = false;
+        while len > 0 {
+            len -= 1;
+            let (r, bits) = stack[len];
+            // rows 0 and the last hold only walls (a level is closed)
+            for nr in [r - 1, r + 1] {
+                let s = bits & free(nr) & !out[nr];
+                if s != 0 {
+                    let run = fill_row(free(nr), s);
+                    out[nr] |= run;
+                    if len < DEPTH {
+                        stack[len] = (nr, run);
+                        len += 1;
+                    } else {
+                        overflow = true;
+                    }
+                }
+            }
+        }
+        if overflow {
+            self.sweep(occ, out);
+        }
+    }
+
+    /// Grows `out` (whole runs of free squares) to the squares connected to it,
+    /// by sweeps down and up the rows until one changes nothing.
+    fn sweep(&self, occ: &[u64], out: &mut [u64]) {
+        let free = |r: usize| self.floor[r] & !occ[r];
         let rows = self.rows();
-        let mut first = true;
         loop {
-            // down: each row takes what the one above reaches into it
             let mut changed = false;
-            let mut r = lo + 1;
-            while r < rows {
+            for r in 1..rows {
                 let s = out[r - 1] & free(r) & !out[r];
                 if s != 0 {
-                    out[r] = fill_row(free(r), out[r] | s);
+                    out[r] |= fill_row(free(r), s);
                     changed = true;
-                    hi = hi.max(r);
-                } else if r > hi {
-                    break;
                 }
-                r += 1;
             }
-            if !changed && !first {
-                return;
-            }
-            first = false;
-            // up: the same from below
-            changed = false;
-            let mut r = hi;
-            while r > 0 {
+            for r in (1..rows).rev() {
                 let s = out[r] & free(r - 1) & !out[r - 1];
                 if s != 0 {
-                    out[r - 1] = fill_row(free(r - 1), out[r - 1] | s);
+                    out[r - 1] |= fill_row(free(r - 1), s);
                     changed = true;
-                    lo = lo.min(r - 1);
-                } else if r - 1 < lo {
-                    break;
                 }
-                r -= 1;
             }
             if !changed {
                 return;
@@ -250,11 +269,16 @@ mod tests {
                 }
                 g.flood(&occ_bits, f as u16, &mut out);
                 let want = flood_simple(&free, (r, col));
-                for rr in 0..h {
-                    for cc in 0..w {
-                        prop_assert_eq!(out[rr] >> cc & 1 == 1, want[rr][cc], "row {} column {}", rr, cc);
+                for (rr, row) in want.iter().enumerate() {
+                    for (cc, &square) in row.iter().enumerate() {
+                        prop_assert_eq!(out[rr] >> cc & 1 == 1, square, "row {} column {}", rr, cc);
                     }
                 }
+                // the sweeps alone (what finishes a flood whose stack fills)
+                let mut swept = vec![0u64; h];
+                swept[r] = fill_row(g.floor[r] & !occ_bits[r], 1 << col);
+                g.sweep(&occ_bits, &mut swept);
+                prop_assert_eq!(&swept, &out);
                 let lowest = cells.iter().position(|&c| want[c / w][c % w]).map_or(NONE, |i| i as u16);
                 prop_assert_eq!(g.lowest(&out), lowest);
             }
