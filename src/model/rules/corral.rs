@@ -143,6 +143,9 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
             if !must_open {
                 break false;
             }
+            // ascending: the first broken push, which picks the area taken in
+            // next, is then the same however the areas were found
+            c.fence.sort_unstable();
             let (first, mark, in_union, fence_mark) = (c.first, &c.mark, &c.in_union, &c.fence_mark);
             // the area of a free square the player cannot reach: exactly the
             // squares labelled above carry a stamp from `first` on
