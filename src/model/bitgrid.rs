@@ -21,6 +21,10 @@ pub struct BitGrid {
     pub pos: Vec<u16>,
     /// Bit -> floor index, or [`NONE`] for a wall.
     pub at: Vec<u16>,
+    /// Goals, and squares a pushed box can never leave for a goal (filled in
+    /// by the board once it knows them).
+    pub goal: Vec<u64>,
+    pub dead: Vec<u64>,
 }
 
 impl BitGrid {
@@ -40,7 +44,18 @@ impl BitGrid {
             at[bit] = f as u16;
             pos.push(bit as u16);
         }
-        Some(BitGrid { floor, pos, at })
+        Some(BitGrid { goal: vec![0; height], dead: vec![0; height], floor, pos, at })
+    }
+
+    /// The squares for which `pred(floor index)` holds, as rows.
+    pub fn mask(&self, pred: impl Fn(usize) -> bool) -> Vec<u64> {
+        let mut out = vec![0u64; self.rows()];
+        for (f, &p) in self.pos.iter().enumerate() {
+            if pred(f) {
+                out[p as usize >> 6] |= 1 << (p & 63);
+            }
+        }
+        out
     }
 
     #[inline]

@@ -2,6 +2,7 @@
 //! their fences, and the restriction of the forward moves to the pushes into one.
 
 use super::*;
+use crate::model::bitgrid::BitGrid;
 
 /// Buffers of the PI-corral search.
 #[derive(Debug, Clone, Default)]
@@ -22,6 +23,12 @@ pub(super) struct Corrals {
     pub(super) in_union: Vec<bool>,
     pub(super) fence: Vec<u16>,
     pub(super) queue: Vec<u16>,
+    /// Bitboard rows (boards with a bit grid): each area and its fence, one
+    /// block of rows per area; the corral under test and its fence.
+    pub(super) area_bits: Vec<u64>,
+    pub(super) fence_bits: Vec<u64>,
+    pub(super) corral_bits: Vec<u64>,
+    pub(super) corral_fence: Vec<u64>,
     pub(super) pushes: Vec<(u16, u8)>,
     /// The pushes of the chosen corral (valid after `pi_corral_pushes` says true).
     pub(super) best: Vec<(u16, u8)>,
@@ -62,6 +69,9 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
     if sc.reach_size() + boxes.len() == n {
         // the flood of the player's region (still in `queue`) took every free square
         return false;
+    }
+    if let Some(g) = &board.bits {
+        return pi_corral_pushes_bits(board, g, sc);
     }
     let reach = Reach { pos: &sc.pos, bits: &sc.reach_bits, mark: &sc.reach_mark, stamp: sc.reach_stamp };
     let c = &mut sc.corral;
@@ -188,6 +198,168 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
                 Some(true) => break true,
                 Some(false) => c.in_union[*c.union.last().expect("just pushed")] = true,
                 None => break false,
+            }
+        };
+        if qualifies && (!found || c.pushes.len() < c.best.len()) {
+            std::mem::swap(&mut c.pushes, &mut c.best);
+            found = true;
+            if c.best.is_empty() {
+                break;
+            }
+        }
+    }
+    found
+}
+
+/// [`pi_corral_pushes`] on bitboard rows: the same areas in the same order, the
+/// same corrals grown in the same order, the same answer. Each area is one
+/// flood; a corral's test takes a row of fence boxes and a direction at a time
+/// (the fence's squares ascend with the bits, so the first broken push found is
+/// the one the square-by-square test meets first).
+fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
+    let rows = g.rows();
+    let (occ, reach) = (&sc.occ_bits, &sc.reach_bits);
+    let c = &mut sc.corral;
+    for v in [&mut c.corral_bits, &mut c.corral_fence] {
+        v.clear();
+        v.resize(rows, 0);
+    }
+    c.areas.clear();
+    c.area_bits.clear();
+    c.fence_bits.clear();
+    // label the areas: every area touches a box (the floor is connected), so
+    // each is flooded from a free unreached square beside a box
+    // (the corral's fence rows hold the squares not yet in an area meanwhile)
+    let left = &mut c.corral_fence;
+    let mut any = 0;
+    for r in 1..rows - 1 {
+        let near = occ[r] << 1 | occ[r] >> 1 | occ[r - 1] | occ[r + 1];
+        left[r] = near & g.floor[r] & !occ[r] & !reach[r];
+        any |= left[r];
+    }
+    if any == 0 {
+        return false;
+    }
+    for r in 1..rows - 1 {
+        while left[r] != 0 {
+            let at = c.area_bits.len();
+            c.area_bits.resize(at + rows, 0);
+            let area = &mut c.area_bits[at..];
+            g.flood_from(occ, r, left[r] & left[r].wrapping_neg(), area);
+            let mut goal_inside = false;
+            c.fence_bits.resize(at + rows, 0);
+            let fence = &mut c.fence_bits[at..];
+            let mut first_box = None;
+            for rr in 1..rows - 1 {
+                left[rr] &= !area[rr];
+                goal_inside |= area[rr] & g.goal[rr] != 0;
+                fence[rr] = (area[rr] << 1 | area[rr] >> 1 | area[rr - 1] | area[rr + 1]) & occ[rr];
+                if first_box.is_none() && fence[rr] != 0 {
+                    first_box = Some(g.at[rr * 64 + fence[rr].trailing_zeros() as usize]);
+                }
+            }
+            // the square-by-square test meets the areas in the order of the
+            // first box beside them and its first direction into them
+            let b = first_box.expect("an area touches a box");
+            let d = (0..DIRS)
+                .find(|&d| {
+                    let x = board.neighbour(b, d);
+                    x != NONE && {
+                        let (w, bit) = g.word_bit(x);
+                        area[w] & bit != 0
+                    }
+                })
+                .expect("the box is beside the area");
+            c.areas.push((goal_inside, b as u32, d as u32));
+        }
+    }
+    c.union.clear();
+    c.union.extend(0..c.areas.len());
+    let areas = &c.areas;
+    c.union.sort_unstable_by_key(|&a| (areas[a].1, areas[a].2));
+    let area_of = |area_bits: &[u64], x: u16| -> Option<usize> {
+        if x == NONE {
+            return None;
+        }
+        let (w, bit) = g.word_bit(x);
+        (0..area_bits.len() / rows).find(|&a| area_bits[a * rows + w] & bit != 0)
+    };
+    let mut found = false;
+    for i in 0..c.union.len() {
+        let start = c.union[i];
+        c.in_union.clear();
+        c.in_union.resize(c.areas.len(), false);
+        c.in_union[start] = true;
+        c.corral_bits.copy_from_slice(&c.area_bits[start * rows..(start + 1) * rows]);
+        c.corral_fence.copy_from_slice(&c.fence_bits[start * rows..(start + 1) * rows]);
+        let mut goal_inside = c.areas[start].0;
+        let qualifies = loop {
+            let (u, fence) = (&c.corral_bits, &c.corral_fence);
+            // (1) it must be opened: a goal inside or a fence box off goal
+            if !goal_inside && (1..rows - 1).all(|r| fence[r] & !g.goal[r] == 0) {
+                break false;
+            }
+            // never now: a wall, a fence box or the corral
+            let never = |r: usize| !g.floor[r] | fence[r] | u[r];
+            // the squares of row `r` whose neighbour in direction `d` is in `x(row)`
+            let at = |x: &dyn Fn(usize) -> u64, r: usize, d: usize| match d {
+                0 => x(r - 1),
+                1 => x(r) >> 1,
+                2 => x(r + 1),
+                _ => x(r) << 1,
+            };
+            c.pushes.clear();
+            let mut broken = None;
+            for r in 1..rows - 1 {
+                if fence[r] == 0 {
+                    continue;
+                }
+                let mut legal = [0u64; DIRS];
+                let mut bad = [0u64; DIRS];
+                for d in 0..DIRS {
+                    let behind_never = at(&never, r, opposite(d));
+                    let into = fence[r] & at(&|r| u[r], r, d);
+                    legal[d] = into & !behind_never & at(&|r| reach[r], r, opposite(d));
+                    let bad_in = into & !behind_never & !legal[d];
+                    let out_ok = at(&|r| !g.floor[r] | fence[r] | g.dead[r], r, d) | behind_never;
+                    bad[d] = bad_in | (fence[r] & !into & !out_ok);
+                }
+                let any_bad = bad.iter().fold(0, |a, &x| a | x);
+                let mut take = legal.iter().fold(0, |a, &x| a | x);
+                if any_bad != 0 {
+                    // pushes after the first broken one are never looked at
+                    let low = any_bad & any_bad.wrapping_neg();
+                    take &= low - 1;
+                    let d = (0..DIRS).find(|&d| bad[d] & low != 0).expect("a direction is broken");
+                    broken = Some((g.at[r * 64 + low.trailing_zeros() as usize], d));
+                }
+                while take != 0 {
+                    let low = take & take.wrapping_neg();
+                    let b = g.at[r * 64 + low.trailing_zeros() as usize];
+                    for (d, l) in legal.iter().enumerate() {
+                        if l & low != 0 {
+                            c.pushes.push((b, d as u8));
+                        }
+                    }
+                    take &= take - 1;
+                }
+                if broken.is_some() {
+                    break;
+                }
+            }
+            let Some((b, d)) = broken else { break true };
+            // broken: mended by taking in the area of `behind` or `to`, if one
+            // lies outside the corral
+            let in_union = &c.in_union;
+            let outside = |x: u16| area_of(&c.area_bits, x).filter(|&a| !in_union[a]);
+            let Some(a) = outside(board.neighbour(b, opposite(d))).or_else(|| outside(board.neighbour(b, d))) else {
+                break false;
+            };
+            c.in_union[a] = true;
+            goal_inside |= c.areas[a].0;
+            for r in 0..rows {
+                c.corral_bits[r] |= c.area_bits[a * rows + r];
+                c.corral_fence[r] |= c.fence_bits[a * rows + r];
             }
         };
         if qualifies && (!found || c.pushes.len() < c.best.len()) {

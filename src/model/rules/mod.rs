@@ -230,6 +230,89 @@ mod tests {
         assert_eq!(pushes_in_153((2, 3), (2, 4), Pruning::ALL), vec![(2, 2)]);
     }
 
+    /// Random levels and random states on them: the bitboard PI-corral test
+    /// and the square-by-square one (the same board without its bit grid)
+    /// find the same corral and the same pushes, and both floods the same
+    /// normalized player.
+    #[test]
+    fn bitboard_rules_agree_with_the_square_by_square_ones() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        };
+        let (mut states, mut with_corral, mut restricted) = (0, 0, 0);
+        for _ in 0..400 {
+            let (w, h) = (5 + next(10), 5 + next(8));
+            let mut grid = vec![vec![' '; w]; h];
+            for (r, row) in grid.iter_mut().enumerate() {
+                for (c, sq) in row.iter_mut().enumerate() {
+                    if r == 0 || c == 0 || r + 1 == h || c + 1 == w || next(100) < 15 {
+                        *sq = '#';
+                    }
+                }
+            }
+            let free: Vec<(usize, usize)> =
+                (0..h).flat_map(|r| (0..w).map(move |c| (r, c))).filter(|&(r, c)| grid[r][c] == ' ').collect();
+            if free.len() < 6 {
+                continue;
+            }
+            let boxes = 1 + next(5.min(free.len() / 2));
+            let mut cells: Vec<(usize, usize)> = free.clone();
+            for i in 0..cells.len() {
+                let j = i + next(cells.len() - i);
+                cells.swap(i, j);
+            }
+            for &(r, c) in &cells[..boxes] {
+                grid[r][c] = '$';
+            }
+            for &(r, c) in &cells[boxes..2 * boxes] {
+                grid[r][c] = '.';
+            }
+            let (pr, pc) = cells[2 * boxes];
+            grid[pr][pc] = '@';
+            let text: String = grid.iter().map(|row| row.iter().collect::<String>() + "\n").collect();
+            let Ok(level) = parse_one(&text, "t") else { continue };
+            let Ok(bits) = Board::new(&level) else { continue };
+            let mut plain = bits.clone();
+            plain.bits = None;
+            assert!(bits.bits.is_some());
+            let (mut sb, mut sp) = (Scratch::new(&bits), Scratch::new(&plain));
+            let n = bits.floor_count();
+            for _ in 0..30 {
+                if n < boxes + 1 {
+                    break;
+                }
+                let mut squares: Vec<u16> = (0..n as u16).collect();
+                for i in 0..squares.len() {
+                    let j = i + next(squares.len() - i);
+                    squares.swap(i, j);
+                }
+                let mut set = squares[..boxes].to_vec();
+                set.sort_unstable();
+                let player = squares[boxes];
+                states += 1;
+                let run = |board: &Board, sc: &mut Scratch| {
+                    sc.place(&set);
+                    sc.flood_reach(board, player);
+                    let normal = sc.normalize(board, player);
+                    let found = pi_corral_pushes(board, sc, &set);
+                    let best = if found { sc.corral.best.clone() } else { Vec::new() };
+                    sc.clear(&set);
+                    (normal, found, best)
+                };
+                let got = run(&bits, &mut sb);
+                assert_eq!(got, run(&plain, &mut sp), "{}boxes {set:?}, player {player}", bits.draw(&set, Some(player)));
+                with_corral += got.1 as usize;
+                restricted += (got.1 && !got.2.is_empty()) as usize;
+            }
+        }
+        eprintln!("corral agreement: {states} states, {with_corral} with a corral, {restricted} restricted");
+        assert!(states > 5_000 && with_corral > 200 && restricted > 100, "{states} {with_corral} {restricted}");
+    }
+
     #[test]
     fn goal_states_one_per_region() {
         let b = board("#######\n#@ *  #\n#######\n");
