@@ -60,6 +60,25 @@ pub struct PairPenalties {
     regions: Regions,
     /// Whether any penalty is positive (else the tables add nothing).
     useful: bool,
+    /// Per side, per square `x`: a bitset (`words` words) of the squares `y`
+    /// whose pair with `x` may have a penalty (positive or dead, in some
+    /// region), so a sum visits only those pairs.
+    nonzero: [Vec<u64>; 2],
+    words: usize,
+}
+
+/// The [`PairPenalties::nonzero`] bitsets of one side.
+fn nonzero_rows(floor: usize, table: &[u8], regional_at: &[u32]) -> Vec<u64> {
+    let words = floor.div_ceil(64);
+    let mut out = vec![0u64; floor * words];
+    for x in 0..floor {
+        for y in 0..floor {
+            if x != y && (table[x * floor + y] != 0 || regional_at[pair(x, y)] > 0) {
+                out[x * words + y / 64] |= 1 << (y % 64);
+            }
+        }
+    }
+    out
 }
 
 /// Whether the tables hold any penalty (or dead pair) at all.
@@ -159,6 +178,8 @@ impl PairPenalties {
         let useful = any_penalty(&forward, &backward, [&regional_f, &regional_b]);
         Some(PairPenalties {
             floor,
+            nonzero: [nonzero_rows(floor, &forward, &at_f), nonzero_rows(floor, &backward, &at_b)],
+            words: floor.div_ceil(64),
             forward,
             backward,
             regional: [regional_f, regional_b],
@@ -206,6 +227,11 @@ impl PairPenalties {
         let useful = any_penalty(&parts.forward, &parts.backward, [&parts.regional[0], &parts.regional[1]]);
         Ok(PairPenalties {
             floor,
+            nonzero: [
+                nonzero_rows(floor, &parts.forward, &parts.regional_at[0]),
+                nonzero_rows(floor, &parts.backward, &parts.regional_at[1]),
+            ],
+            words: floor.div_ceil(64),
             forward: parts.forward,
             backward: parts.backward,
             regional: parts.regional,
@@ -230,39 +256,61 @@ impl PairPenalties {
         }
         let t = if forward { &self.forward } else { &self.backward };
         let (regional, at) = (&self.regional[!forward as usize], &self.regional_at[!forward as usize]);
+        let (nonzero, words) = (&self.nonzero[!forward as usize], self.words);
+        debug_assert!(boxes.windows(2).all(|w| w[0] < w[1]), "boxes are sorted");
         PICK.with(|pick| {
             let mut pick = pick.borrow_mut();
-            let Pick { found, taken } = &mut *pick;
+            let Pick { found, taken, bits } = &mut *pick;
+            bits.clear();
+            bits.resize(words, 0);
+            for &b in boxes {
+                bits[b as usize / 64] |= 1 << (b % 64);
+            }
+            // the pairs `x < y` of boxes that may have a penalty: those in
+            // `x`'s bitset, from `x`'s word on with the squares up to `x` masked
             found.clear();
-            for (i, &x) in boxes.iter().enumerate() {
+            for &x in boxes {
+                let (xw, xb) = (x as usize / 64, x as usize % 64);
                 let row = &t[x as usize * self.floor..(x as usize + 1) * self.floor];
-                for (j, &y) in boxes.iter().enumerate().skip(i + 1) {
-                    let mut p = row[y as usize];
-                    if p != DEAD && !regional.is_empty() {
-                        let i = at[pair(x as usize, y as usize)];
-                        if i > 0 {
-                            p = regional[i as usize - 1][self.regions.label(x, y, player) as usize];
+                let nz = &nonzero[x as usize * words..(x as usize + 1) * words];
+                for w in xw..words {
+                    let mut m = nz[w] & bits[w];
+                    if w == xw {
+                        m &= !((2u64 << xb).wrapping_sub(1));
+                    }
+                    while m != 0 {
+                        let y = (w * 64 + m.trailing_zeros() as usize) as u16;
+                        m &= m - 1;
+                        let mut p = row[y as usize];
+                        if p != DEAD && !regional.is_empty() {
+                            let i = at[pair(x as usize, y as usize)];
+                            if i > 0 {
+                                p = regional[i as usize - 1][self.regions.label(x, y, player) as usize];
+                            }
                         }
-                    }
-                    if p == DEAD {
-                        return super::bounds::UNREACHABLE;
-                    }
-                    if p > 0 {
-                        found.push((p, i as u16, j as u16));
+                        if p == DEAD {
+                            return super::bounds::UNREACHABLE;
+                        }
+                        if p > 0 {
+                            found.push((p, x, y));
+                        }
                     }
                 }
             }
             if found.is_empty() {
                 return 0;
             }
+            // largest first; among equal penalties the order of the box
+            // indices, which ascend with the squares
             found.sort_unstable_by(|a, b| b.cmp(a));
             taken.clear();
-            taken.resize(boxes.len(), false);
+            taken.resize(words, 0);
             let mut sum = 0u32;
-            for &(p, i, j) in found.iter() {
-                if !taken[i as usize] && !taken[j as usize] {
-                    taken[i as usize] = true;
-                    taken[j as usize] = true;
+            for &(p, x, y) in found.iter() {
+                let (xm, ym) = (1u64 << (x % 64), 1u64 << (y % 64));
+                if taken[x as usize / 64] & xm == 0 && taken[y as usize / 64] & ym == 0 {
+                    taken[x as usize / 64] |= xm;
+                    taken[y as usize / 64] |= ym;
                     sum += p as u32;
                 }
             }
@@ -274,7 +322,9 @@ impl PairPenalties {
 #[derive(Default)]
 struct Pick {
     found: Vec<(u8, u16, u16)>,
-    taken: Vec<bool>,
+    /// Squares of boxes already in a pair, and of all boxes, as bitsets.
+    taken: Vec<u64>,
+    bits: Vec<u64>,
 }
 
 thread_local! {
