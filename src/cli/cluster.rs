@@ -240,6 +240,20 @@ pub fn run_worker(a: WorkerArgs) -> Result<ExitCode> {
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Woken by the Ctrl-C handler after it sets [`INTERRUPTED`].
+static INTERRUPT: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Returns once Ctrl-C was pressed (at once if it already was).
+async fn interrupted() {
+    loop {
+        // registered before the flag is read, so a press in between still wakes it
+        let woken = INTERRUPT.notified();
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return;
+        }
+        woken.await;
+    }
+}
 
 fn spinner(label: String) -> Option<ProgressBar> {
     std::io::stderr().is_terminal().then(|| {
@@ -292,7 +306,10 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         upper_bound: a.upper_bound,
         no_pair_penalties: a.no_pair_penalties,
     };
-    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
+    let _ = ctrlc::set_handler(|| {
+        INTERRUPTED.store(true, Ordering::SeqCst);
+        INTERRUPT.notify_waiters();
+    });
     let rt = runtime()?;
     rt.block_on(async move {
         let mut client = Client::new(&net, &a.coordinator)?;
@@ -332,11 +349,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
                 }
             });
             // Ctrl-C cancels the jobs on the cluster and still prints what they found
-            let interrupt = async {
-                while !INTERRUPTED.load(Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            };
+            let interrupt = interrupted();
             tokio::pin!(watch);
             let view = tokio::select! {
                 v = &mut watch => v,

@@ -393,6 +393,35 @@ fn a_killed_worker_comes_back_and_the_job_finishes_with_the_same_answer() {
     assert!(log.contains("job resumes from the last completed layer"), "{}", c.logs());
 }
 
+/// Ctrl-C on a following `submit` cancels its job on the cluster at once (the
+/// client waits on the signal, not on a timer) and still prints what the job
+/// found, with exit 1.
+#[test]
+fn ctrl_c_on_submit_cancels_the_job_and_prints_it() {
+    let mut c = Cluster::start(&["--min-workers", "1", "--layer-delay-ms", "250"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let client = Command::new(BIN)
+        .args(["submit", repo(MICROBAN).to_str().unwrap(), "--level", "3", "--json"])
+        .args(["--coordinator", &c.addr, "--token", TOKEN])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = 1;
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 3 && job(st, id)["state"] == "running");
+    let killed = Command::new("kill").args(["-INT", &client.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let out = client.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(g["status"], "timeout", "{g}");
+    assert_eq!(g["reason"], "cancelled", "{g}");
+    assert!(g["states"].as_u64().unwrap() > 0 && g["pushes"].is_null(), "{g}");
+    let st = c.wait_for("the job to be cancelled", 30, |st| job(st, id)["state"] == "cancelled");
+    assert!(layers_done(&job(&st, id)) < 23, "cancelled before its 23 layers: {st}");
+}
+
 #[test]
 fn a_worker_back_without_its_data_fails_the_job_plainly() {
     let mut c = Cluster::start(&["--min-workers", "2", "--layer-delay-ms", "250", "--heartbeat-timeout", "1.5"], &[]);
