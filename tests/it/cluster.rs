@@ -393,6 +393,18 @@ fn a_killed_worker_comes_back_and_the_job_finishes_with_the_same_answer() {
     assert!(log.contains("job resumes from the last completed layer"), "{}", c.logs());
 }
 
+/// A client that submits Microban I #3 and follows it to the end (`--json`).
+fn follow_level_3(c: &Cluster, extra: &[&str]) -> std::process::Child {
+    Command::new(BIN)
+        .args(["submit", repo(MICROBAN).to_str().unwrap(), "--level", "3", "--json"])
+        .args(extra)
+        .args(["--coordinator", &c.addr, "--token", TOKEN])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Ctrl-C on a following `submit` cancels its job on the cluster at once (the
 /// client waits on the signal, not on a timer) and still prints what the job
 /// found, with exit 1.
@@ -401,13 +413,7 @@ fn ctrl_c_on_submit_cancels_the_job_and_prints_it() {
     let mut c = Cluster::start(&["--min-workers", "1", "--layer-delay-ms", "250"], &[]);
     c.start_worker(0);
     c.wait_workers(1);
-    let client = Command::new(BIN)
-        .args(["submit", repo(MICROBAN).to_str().unwrap(), "--level", "3", "--json"])
-        .args(["--coordinator", &c.addr, "--token", TOKEN])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = follow_level_3(&c, &[]);
     let id = 1;
     c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 3 && job(st, id)["state"] == "running");
     let killed = Command::new("kill").args(["-INT", &client.id().to_string()]).status().unwrap();
@@ -450,14 +456,7 @@ fn restart_mid_job(extra: &[&str], ready: impl Fn(&serde_json::Value) -> bool) -
     }
     c.wait_workers(3);
     // a client follows the job across the restart
-    let mut client = Command::new(BIN)
-        .args(["submit", repo(MICROBAN).to_str().unwrap(), "--level", "3", "--json"])
-        .args(extra)
-        .args(["--coordinator", &c.addr, "--token", TOKEN])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut client = follow_level_3(&c, extra);
     let id = 1;
     c.wait_for("the job to be where the restart should hit it", 60, |st| ready(&job(st, id)));
     c.restart_coordinator();

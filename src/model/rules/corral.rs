@@ -34,6 +34,20 @@ pub(super) struct Corrals {
     pub(super) best: Vec<(u16, u8)>,
 }
 
+impl Corrals {
+    /// Keeps the corral just tested (its pushes in `pushes`) when it qualifies
+    /// and has fewer pushes than the best so far; true when the search can
+    /// stop (a qualifying corral without pushes: the state is dead).
+    fn offer(&mut self, qualifies: bool, found: &mut bool) -> bool {
+        if qualifies && (!*found || self.pushes.len() < self.best.len()) {
+            std::mem::swap(&mut self.pushes, &mut self.best);
+            *found = true;
+            return self.best.is_empty();
+        }
+        false
+    }
+}
+
 /// Looks for a PI-corral (Meger's pruning, in YASS) in the current state
 /// (occupancy placed, player region flooded) and leaves the legal pushes into the
 /// corral with the fewest of them in `sc.corral.best`. False when there is none.
@@ -200,12 +214,8 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
                 None => break false,
             }
         };
-        if qualifies && (!found || c.pushes.len() < c.best.len()) {
-            std::mem::swap(&mut c.pushes, &mut c.best);
-            found = true;
-            if c.best.is_empty() {
-                break;
-            }
+        if c.offer(qualifies, &mut found) {
+            break;
         }
     }
     found
@@ -362,12 +372,8 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
                 c.corral_fence[r] |= c.fence_bits[a * rows + r];
             }
         };
-        if qualifies && (!found || c.pushes.len() < c.best.len()) {
-            std::mem::swap(&mut c.pushes, &mut c.best);
-            found = true;
-            if c.best.is_empty() {
-                break;
-            }
+        if c.offer(qualifies, &mut found) {
+            break;
         }
     }
     found
