@@ -21,16 +21,28 @@ pub struct BitGrid {
     pub pos: Vec<u16>,
     /// Bit -> floor index, or [`NONE`] for a wall.
     pub at: Vec<u16>,
-    /// Goals, and squares a pushed box can never leave for a goal (filled in
-    /// by the board once it knows them).
+    /// Goals, and squares a pushed box can never leave for a goal.
     pub goal: Vec<u64>,
     pub dead: Vec<u64>,
 }
 
+/// The word and the mask of bit `p` (`row * 64 + column`).
+#[inline]
+pub fn word_bit_of(p: u16) -> (usize, u64) {
+    (p as usize >> 6, 1u64 << (p & 63))
+}
+
+/// The squares of row `r` beside a square of `x` (left, right, above, below).
+#[inline]
+pub fn beside(x: &[u64], r: usize) -> u64 {
+    x[r] << 1 | x[r] >> 1 | x[r - 1] | x[r + 1]
+}
+
 impl BitGrid {
     /// The layout of a grid `width` wide whose floor squares are the cells
-    /// `cell_of` (ascending); `None` when the grid is wider than [`MAX_WIDTH`].
-    pub fn new(width: usize, height: usize, cell_of: &[usize]) -> Option<BitGrid> {
+    /// `cell_of` (ascending), with the goals and dead squares by floor index;
+    /// `None` when the grid is wider than [`MAX_WIDTH`].
+    pub fn new(width: usize, height: usize, cell_of: &[usize], is_goal: &[bool], dead: &[bool]) -> Option<BitGrid> {
         if width > MAX_WIDTH {
             return None;
         }
@@ -44,18 +56,15 @@ impl BitGrid {
             at[bit] = f as u16;
             pos.push(bit as u16);
         }
-        Some(BitGrid { goal: vec![0; height], dead: vec![0; height], floor, pos, at })
-    }
-
-    /// The squares for which `pred(floor index)` holds, as rows.
-    pub fn mask(&self, pred: impl Fn(usize) -> bool) -> Vec<u64> {
-        let mut out = vec![0u64; self.rows()];
-        for (f, &p) in self.pos.iter().enumerate() {
-            if pred(f) {
-                out[p as usize >> 6] |= 1 << (p & 63);
+        let mask = |of: &[bool]| {
+            let mut out = vec![0u64; height];
+            for (&p, _) in pos.iter().zip(of).filter(|(_, &on)| on) {
+                let (w, b) = word_bit_of(p);
+                out[w] |= b;
             }
-        }
-        out
+            out
+        };
+        Some(BitGrid { goal: mask(is_goal), dead: mask(dead), floor, pos, at })
     }
 
     #[inline]
@@ -66,8 +75,7 @@ impl BitGrid {
     /// The word and the mask of floor square `f`.
     #[inline]
     pub fn word_bit(&self, f: u16) -> (usize, u64) {
-        let p = self.pos[f as usize] as usize;
-        (p >> 6, 1u64 << (p & 63))
+        word_bit_of(self.pos[f as usize])
     }
 
     /// Writes into `out` the squares connected to floor square `from` through
@@ -270,7 +278,8 @@ mod tests {
                     }
                 }
             }
-            let Some(g) = BitGrid::new(w, h, &cells) else { unreachable!() };
+            let none = vec![false; cells.len()];
+            let Some(g) = BitGrid::new(w, h, &cells, &none, &none) else { unreachable!() };
             let occ_bits: Vec<u64> = (0..h)
                 .map(|r| (0..w).filter(|&c| occ[r][c]).fold(0u64, |a, c| a | 1 << c))
                 .collect();
@@ -302,7 +311,7 @@ mod tests {
 
     #[test]
     fn wider_grids_take_no_bit_layout() {
-        assert!(BitGrid::new(65, 3, &[66]).is_none());
-        assert!(BitGrid::new(64, 3, &[65]).is_some());
+        assert!(BitGrid::new(65, 3, &[66], &[false], &[false]).is_none());
+        assert!(BitGrid::new(64, 3, &[65], &[false], &[false]).is_some());
     }
 }

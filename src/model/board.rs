@@ -146,14 +146,9 @@ impl Board {
             keyspace,
             bits: None,
         };
-        board.bits = BitGrid::new(w, h, &board.cell_of);
         board.dead_forward = board.lone_box_reach(&board.goals, false).iter().map(|&r| !r).collect();
         board.dead_backward = board.lone_box_reach(&board.start_boxes, true).iter().map(|&r| !r).collect();
-        if let Some(mut g) = board.bits.take() {
-            g.goal = g.mask(|f| board.is_goal[f]);
-            g.dead = g.mask(|f| board.dead_forward[f]);
-            board.bits = Some(g);
-        }
+        board.bits = BitGrid::new(w, h, &board.cell_of, &board.is_goal, &board.dead_forward);
         if board.unsolvable.is_none() {
             if let Some(&b) = board.start_boxes.iter().find(|&&b| board.dead_forward[b as usize]) {
                 let c = board.cell_of[b as usize];

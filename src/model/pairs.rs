@@ -60,11 +60,10 @@ pub struct PairPenalties {
     regions: Regions,
     /// Whether any penalty is positive (else the tables add nothing).
     useful: bool,
-    /// Per side, per square `x`: a bitset (`words` words) of the squares `y`
-    /// whose pair with `x` may have a penalty (positive or dead, in some
-    /// region), so a sum visits only those pairs.
+    /// Per side, per square `x`: a bitset (`floor.div_ceil(64)` words) of the
+    /// squares `y` whose pair with `x` may have a penalty (positive or dead,
+    /// in some region), so a sum visits only those pairs.
     nonzero: [Vec<u64>; 2],
-    words: usize,
 }
 
 /// The [`PairPenalties::nonzero`] bitsets of one side.
@@ -179,7 +178,6 @@ impl PairPenalties {
         Some(PairPenalties {
             floor,
             nonzero: [nonzero_rows(floor, &forward, &at_f), nonzero_rows(floor, &backward, &at_b)],
-            words: floor.div_ceil(64),
             forward,
             backward,
             regional: [regional_f, regional_b],
@@ -231,7 +229,6 @@ impl PairPenalties {
                 nonzero_rows(floor, &parts.forward, &parts.regional_at[0]),
                 nonzero_rows(floor, &parts.backward, &parts.regional_at[1]),
             ],
-            words: floor.div_ceil(64),
             forward: parts.forward,
             backward: parts.backward,
             regional: parts.regional,
@@ -256,7 +253,7 @@ impl PairPenalties {
         }
         let t = if forward { &self.forward } else { &self.backward };
         let (regional, at) = (&self.regional[!forward as usize], &self.regional_at[!forward as usize]);
-        let (nonzero, words) = (&self.nonzero[!forward as usize], self.words);
+        let (nonzero, words) = (&self.nonzero[!forward as usize], self.floor.div_ceil(64));
         debug_assert!(boxes.windows(2).all(|w| w[0] < w[1]), "boxes are sorted");
         PICK.with(|pick| {
             let mut pick = pick.borrow_mut();

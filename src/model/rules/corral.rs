@@ -2,7 +2,7 @@
 //! their fences, and the restriction of the forward moves to the pushes into one.
 
 use super::*;
-use crate::model::bitgrid::BitGrid;
+use crate::model::bitgrid::{beside, BitGrid};
 
 /// Buffers of the PI-corral search.
 #[derive(Debug, Clone, Default)]
@@ -15,7 +15,8 @@ pub(super) struct Corrals {
     pub(super) stamp: u32,
     pub(super) first: u32,
     pub(super) fence_stamp: u32,
-    /// Per area: whether it holds a goal, and its fence as a range of `fences`.
+    /// Per area: whether it holds a goal, and its fence as a range of `fences`
+    /// (the bitboard path keeps its fences in `fence_bits`; the range is empty).
     pub(super) areas: Vec<(bool, u32, u32)>,
     pub(super) fences: Vec<u16>,
     /// The areas of the corral under test, and a flag per area.
@@ -29,6 +30,10 @@ pub(super) struct Corrals {
     pub(super) fence_bits: Vec<u64>,
     pub(super) corral_bits: Vec<u64>,
     pub(super) corral_fence: Vec<u64>,
+    /// Bitboard path: per area, the first box beside it and that box's first
+    /// direction into it (the order the square-by-square labelling meets the
+    /// areas in), with the area's index; sorted before the corrals are grown.
+    pub(super) order: Vec<(u16, u8, usize)>,
     pub(super) pushes: Vec<(u16, u8)>,
     /// The pushes of the chosen corral (valid after `pi_corral_pushes` says true).
     pub(super) best: Vec<(u16, u8)>,
@@ -235,6 +240,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
         v.resize(rows, 0);
     }
     c.areas.clear();
+    c.order.clear();
     c.area_bits.clear();
     c.fence_bits.clear();
     // label the areas: every area touches a box (the floor is connected), so
@@ -243,8 +249,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
     let left = &mut c.corral_fence;
     let mut any = 0;
     for r in 1..rows - 1 {
-        let near = occ[r] << 1 | occ[r] >> 1 | occ[r - 1] | occ[r + 1];
-        left[r] = near & g.floor[r] & !occ[r] & !reach[r];
+        left[r] = beside(occ, r) & g.floor[r] & !occ[r] & !reach[r];
         any |= left[r];
     }
     if any == 0 {
@@ -263,7 +268,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
             for rr in 1..rows - 1 {
                 left[rr] &= !area[rr];
                 goal_inside |= area[rr] & g.goal[rr] != 0;
-                fence[rr] = (area[rr] << 1 | area[rr] >> 1 | area[rr - 1] | area[rr + 1]) & occ[rr];
+                fence[rr] = beside(area, rr) & occ[rr];
                 if first_box.is_none() && fence[rr] != 0 {
                     first_box = Some(g.at[rr * 64 + fence[rr].trailing_zeros() as usize]);
                 }
@@ -280,13 +285,11 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
                     }
                 })
                 .expect("the box is beside the area");
-            c.areas.push((goal_inside, b as u32, d as u32));
+            c.order.push((b, d as u8, c.areas.len()));
+            c.areas.push((goal_inside, 0, 0));
         }
     }
-    c.union.clear();
-    c.union.extend(0..c.areas.len());
-    let areas = &c.areas;
-    c.union.sort_unstable_by_key(|&a| (areas[a].1, areas[a].2));
+    c.order.sort_unstable();
     let area_of = |area_bits: &[u64], x: u16| -> Option<usize> {
         if x == NONE {
             return None;
@@ -295,8 +298,8 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
         (0..area_bits.len() / rows).find(|&a| area_bits[a * rows + w] & bit != 0)
     };
     let mut found = false;
-    for i in 0..c.union.len() {
-        let start = c.union[i];
+    for i in 0..c.order.len() {
+        let start = c.order[i].2;
         c.in_union.clear();
         c.in_union.resize(c.areas.len(), false);
         c.in_union[start] = true;

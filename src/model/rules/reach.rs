@@ -3,6 +3,7 @@
 //! and incrementally after a move.
 
 use super::*;
+use crate::model::bitgrid::word_bit_of;
 
 /// Per-thread buffers for generation.
 #[derive(Debug, Clone)]
@@ -124,12 +125,7 @@ impl Scratch {
                     x == NONE || x == filled || self.occ[x as usize] || self.reachable(x)
                 });
             let min = if whole {
-                let rest = if filled_in_region && filled == self.reach_min[0] {
-                    self.reach_min[1]
-                } else {
-                    self.reach_min[0]
-                };
-                rest.min(vacated)
+                self.reach_min_without(filled_in_region, filled).min(vacated)
             } else {
                 g.flood(&self.occ_bits, player, &mut self.tmp_bits);
                 g.lowest(&self.tmp_bits)
@@ -183,9 +179,7 @@ impl Scratch {
             left == 0
         };
         if whole {
-            let rest =
-                if filled_in_region && filled == self.reach_min[0] { self.reach_min[1] } else { self.reach_min[0] };
-            min = rest.min(vacated);
+            min = self.reach_min_without(filled_in_region, filled).min(vacated);
         }
         if has_vacated {
             // foreign regions joined through `vacated`: disjoint from R before the move
@@ -216,6 +210,17 @@ impl Scratch {
         min
     }
 
+    /// The smallest square of the player's region once `filled` (in it when
+    /// `filled_in_region`) is taken out.
+    #[inline]
+    fn reach_min_without(&self, filled_in_region: bool, filled: u16) -> u16 {
+        if filled_in_region && filled == self.reach_min[0] {
+            self.reach_min[1]
+        } else {
+            self.reach_min[0]
+        }
+    }
+
     #[inline]
     pub(super) fn reachable(&self, f: u16) -> bool {
         self.reach().has(f)
@@ -241,7 +246,7 @@ impl Scratch {
     pub(super) fn set_occ(&mut self, f: u16, on: bool) {
         self.occ[f as usize] = on;
         if let Some(&p) = self.pos.get(f as usize) {
-            let (w, b) = (p as usize >> 6, 1u64 << (p & 63));
+            let (w, b) = word_bit_of(p);
             if on {
                 self.occ_bits[w] |= b;
             } else {
@@ -310,7 +315,10 @@ impl Reach<'_> {
     #[inline]
     pub(super) fn has(self, f: u16) -> bool {
         match self.pos.get(f as usize) {
-            Some(&p) => self.bits[p as usize >> 6] >> (p & 63) & 1 == 1,
+            Some(&p) => {
+                let (w, b) = word_bit_of(p);
+                self.bits[w] & b != 0
+            }
             None => self.mark[f as usize] == self.stamp,
         }
     }
