@@ -9,7 +9,7 @@
 //! [`MemoryBudget`], writing into a fresh [`SpillDir`] that is removed when the
 //! solve ends, however it ends, unless kept.
 
-use crate::engine::driver::{solve, Deployment, Observers, SolveSpec};
+use crate::engine::driver::{solve, Deployment, Observers, Pass, SolveSpec};
 use crate::engine::kpg::{build_tables_paired, DeadlockTables, KChoice, KStats, KpgProgress};
 use crate::engine::partition::{LocalExchange, PartitionStore, Partitioner};
 use crate::engine::search::{exhaust, LayerBackend, Limits, LocalBackend, NoProgress, Progress, SearchEnd};
@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use crate::engine::driver::{seeds, BoundSpec, TableSource};
+pub use crate::engine::driver::{seeds, BoundSpec, Objective, TableSource};
 pub use crate::engine::report::{SolveReport, Status, StorageReport};
 
 /// Options for a local solve.
@@ -55,6 +55,8 @@ pub struct SolveOptions {
     pub keep_spill: bool,
     /// Which layers stay in RAM when they do not all fit.
     pub spill_policy: SpillPolicy,
+    /// The fewest pushes, or the fewest pushes and then moves (the default).
+    pub objective: Objective,
 }
 
 /// Partitions for `threads` worker threads when none are asked for: 4 per
@@ -81,6 +83,7 @@ impl Default for SolveOptions {
             spill_dir: None,
             keep_spill: false,
             spill_policy: SpillPolicy::KeepOldest,
+            objective: Objective::PushesMoves,
         }
     }
 }
@@ -116,6 +119,7 @@ pub fn solve_local_observed(
         pair_penalties: opts.pair_penalties,
         max_states: opts.max_states,
         deadline: opts.deadline,
+        objective: opts.objective,
     };
     let mut local = Local { opts, storage: None };
     solve(&mut local, board, &spec, cancel, observers)
@@ -145,6 +149,7 @@ impl Deployment for Local<'_> {
 
     fn search<K: StateKey>(
         &mut self,
+        _pass: Pass,
         problem: &Problem<K>,
         _tables: Option<&Arc<DeadlockTables>>,
         cancel: &AtomicBool,

@@ -2,7 +2,7 @@
 //! (the same for `solve` and `submit`), and the summary table after several.
 
 use serde::Serialize;
-use sokoshard::solve::{SolveReport, Status};
+use sokoshard::solve::{Objective, SolveReport, Status};
 use sokoshard::sys::{human_bytes, peak_rss_bytes};
 use std::io::IsTerminal;
 use std::io::Write;
@@ -69,12 +69,20 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
             let head = format!("level {index} ({title})");
             match r.status {
                 Status::Solved => {
+                    // what the counts are proven optimal for
+                    let proven = match r.objective {
+                        Some(Objective::PushesMoves) => " (fewest pushes, then fewest moves)",
+                        _ => " (fewest pushes)",
+                    };
                     let _ = writeln!(
                         out,
-                        "{head}: solved in {} pushes, {} moves",
+                        "{head}: solved in {} pushes, {} moves{proven}",
                         r.pushes.unwrap_or(0),
                         r.moves.unwrap_or(0)
                     );
+                    if let Some(note) = &r.moves_note {
+                        let _ = writeln!(out, "  moves not minimized: {note}");
+                    }
                     let _ = writeln!(out, "  solution: {}", r.solution.as_deref().unwrap_or(""));
                 }
                 other => {
@@ -94,6 +102,13 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                 let _ = writeln!(out, "  bounds: {}", steps.join(", "));
             }
             let _ = writeln!(out, "  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds);
+            if r.moves_seconds > 0.0 {
+                let _ = writeln!(
+                    out,
+                    "  moves pass: {} states searched, {} on push-optimal solutions; {:.3} s",
+                    r.moves_states, r.optimal_states, r.moves_seconds
+                );
+            }
             if let Some(st) = &r.storage {
                 let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
                 let _ = writeln!(

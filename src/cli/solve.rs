@@ -91,6 +91,12 @@ pub struct SolveArgs {
     /// Load k-PG deadlock tables from a database built by `deadlocks build`.
     #[arg(long)]
     pub deadlocks: Option<PathBuf>,
+    /// What the solution must be optimal for: `pushes,moves` (the default)
+    /// gives the fewest pushes and, among all such solutions, the fewest
+    /// moves, at the cost of one more search without PI-corrals; `pushes`
+    /// stops at the first push-optimal solution.
+    #[arg(long, value_enum, default_value = "pushes,moves")]
+    pub objective: ObjectiveArg,
     /// One JSON object per level on stdout.
     #[arg(long)]
     pub json: bool,
@@ -173,6 +179,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         spill_dir: args.spill_dir.clone(),
         keep_spill: args.keep_spill,
         spill_policy: args.spill_policy,
+        objective: args.objective.into(),
     };
     let started = Instant::now();
     let mut outcomes = Vec::new();
@@ -300,4 +307,24 @@ fn write_sok(path: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
         s.push('\n');
     }
     super::write_whole(path, s)
+}
+
+/// `--objective`: what a solution is optimal for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ObjectiveArg {
+    /// The fewest pushes.
+    #[value(name = "pushes")]
+    Pushes,
+    /// The fewest pushes, then the fewest moves among those.
+    #[value(name = "pushes,moves")]
+    PushesMoves,
+}
+
+impl From<ObjectiveArg> for sokoshard::solve::Objective {
+    fn from(o: ObjectiveArg) -> Self {
+        match o {
+            ObjectiveArg::Pushes => sokoshard::solve::Objective::Pushes,
+            ObjectiveArg::PushesMoves => sokoshard::solve::Objective::PushesMoves,
+        }
+    }
 }

@@ -6,7 +6,7 @@ use super::net::{CoordinatorRpc, NetConfig};
 use super::proto::*;
 use super::{ClusterError, PROTOCOL_VERSION};
 use crate::engine::kpg::KStats;
-use crate::engine::report::{SolveReport, Status};
+use crate::engine::report::{Objective, SolveReport, Status};
 use crate::model::key::KeyWidth;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -84,6 +84,8 @@ pub struct SubmitOptions {
     pub upper_bound: Option<u32>,
     /// Bound by the matching alone.
     pub no_pair_penalties: bool,
+    /// The fewest pushes only, without the moves pass.
+    pub pushes_only: bool,
 }
 
 fn state_name(s: i32) -> &'static str {
@@ -142,6 +144,15 @@ fn report_of(r: &SolveResult) -> SolveReport {
             _ => KeyWidth::U64,
         },
         reason: r.reason.clone(),
+        objective: match r.objective.as_str() {
+            "pushes" => Some(Objective::Pushes),
+            "pushes,moves" => Some(Objective::PushesMoves),
+            _ => None,
+        },
+        moves_seconds: r.moves_seconds,
+        moves_states: r.moves_states,
+        optimal_states: r.optimal_states,
+        moves_note: r.moves_note.clone(),
     }
 }
 
@@ -212,6 +223,7 @@ impl Client {
                 no_bound: o.no_bound,
                 upper_bound: o.upper_bound.unwrap_or(0),
                 no_pair_penalties: o.no_pair_penalties,
+                pushes_only: o.pushes_only,
             }),
         };
         let r = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?;

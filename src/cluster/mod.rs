@@ -25,12 +25,17 @@ pub(crate) mod proto {
 pub use error::ClusterError;
 
 /// Bumped on any incompatible change of `proto/sokoshard.proto` or its meaning.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest gRPC message any node encodes or accepts. A successor batch is at most
 /// 65536 keys (8 MiB of raw 1024-bit keys, far less once delta coded); a level
 /// text is at most [`MAX_LEVEL_TEXT`].
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// The phase name of the moves pass's search of a level; workers search it
+/// without the PI-corral restriction (which keeps only some push-optimal
+/// solutions).
+pub const MOVES_PHASE: &str = "moves";
 
 /// Largest level text a job may carry.
 pub const MAX_LEVEL_TEXT: usize = 1 << 20;

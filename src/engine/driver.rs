@@ -6,6 +6,7 @@
 //! the cluster's coordinator differ only in the [`Deployment`] they hand it.
 
 use super::kpg::{DeadlockTables, KChoice, KStats, KpgProgress};
+use super::moves::{fewest_moves, MovesOutcome, MAX_OPTIMAL_STATES};
 use super::path::rebuild;
 use super::report::{BoundIteration, SolveReport, Status};
 use super::search::{bidirectional, LayerBackend, Limits, Progress, SearchEnd, SearchStats};
@@ -45,6 +46,17 @@ pub enum BoundSpec {
     Upper(u32),
 }
 
+pub use super::report::Objective;
+
+/// Which search of a solve a deployment runs: the level's own (its bound
+/// iterations, resumable from a cluster job's log), or the moves pass's
+/// search without PI-corrals (see `moves.rs`), run once the optimum is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    Main,
+    Moves,
+}
+
 /// The policy of one solve.
 #[derive(Clone)]
 pub struct SolveSpec {
@@ -57,6 +69,8 @@ pub struct SolveSpec {
     pub max_states: Option<u64>,
     /// Stop (status `timeout`) at this instant; the table build counts.
     pub deadline: Option<Instant>,
+    /// The fewest pushes, or the fewest pushes and then moves (the default).
+    pub objective: Objective,
 }
 
 impl Default for SolveSpec {
@@ -68,6 +82,7 @@ impl Default for SolveSpec {
             pair_penalties: true,
             max_states: None,
             deadline: None,
+            objective: Objective::PushesMoves,
         }
     }
 }
@@ -86,9 +101,11 @@ pub trait Deployment {
     ) -> Result<Option<(DeadlockTables, Vec<KStats>)>, EngineError>;
 
     /// Opens a layer backend for `problem` (whose pattern check is `tables`,
-    /// if any) and runs `search` on it.
+    /// if any) and runs `search` on it; `pass` says which search of the solve
+    /// it is.
     fn search<K: StateKey>(
         &mut self,
+        pass: Pass,
         problem: &Problem<K>,
         tables: Option<&Arc<DeadlockTables>>,
         cancel: &AtomicBool,
@@ -237,7 +254,8 @@ fn search<K: StateKey, D: Deployment>(
             Limits { cancel, max_states: spec.max_states.map(|m| m.saturating_sub(totals.stored)), bound: limit };
         let mut end = None;
         let mut next_limit = None;
-        deployment.search(&problem, tables.as_ref(), cancel, &mut |backend| {
+        let mut met = 0;
+        deployment.search(Pass::Main, &problem, tables.as_ref(), cancel, &mut |backend| {
             let found = match backend.resumed_meeting() {
                 Some(end) => end,
                 None => {
@@ -275,13 +293,29 @@ fn search<K: StateKey, D: Deployment>(
                 if !report.record_solution(&problem.board, &pushes) {
                     return Err(EngineError::Internal("rebuilt pushes do not replay".into()));
                 }
+                // no push, no step: a solved start is optimal for both
+                report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
+                // layers without move pruning serve the moves pass as they are
+                if spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals && !pushes.is_empty() {
+                    let t0 = Instant::now();
+                    let out = fewest_moves(&problem, backend, forward, backward, MAX_OPTIMAL_STATES, cancel);
+                    record_moves(board, report, out, t0)?;
+                }
+                met = pushes.len();
             }
             end = Some(found);
             Ok(())
         })?;
         report.record_stats(&totals);
         match end {
-            Some(SearchEnd::Met { .. }) => return Ok(()),
+            Some(SearchEnd::Met { .. }) => {
+                if spec.objective == Objective::PushesMoves && problem.pruning.pi_corrals && met > 0 {
+                    let (patterns, tables, lower) = (&patterns, &tables, &lower);
+                    let given = MovesSearch { board, spec, patterns, tables, lower, pushes: met };
+                    moves_search::<K, D>(deployment, &given, cancel, progress, report)?;
+                }
+                return Ok(());
+            }
             Some(SearchEnd::Beyond { .. }) if spec.bound == BoundSpec::Iterate => limit = next_limit,
             Some(other) => {
                 report.record_unmet(&other);
@@ -293,6 +327,113 @@ fn search<K: StateKey, D: Deployment>(
             }
             None => return Err(EngineError::Internal("the search reported no end".into())),
         }
+    }
+}
+
+/// What the moves pass's search starts from: the level, the solve's policy
+/// and tables, and the optimum the level's own search proved.
+struct MovesSearch<'a> {
+    board: &'a Arc<Board>,
+    spec: &'a SolveSpec,
+    patterns: &'a Option<Arc<dyn PatternCheck>>,
+    tables: &'a Option<Arc<DeadlockTables>>,
+    lower: &'a Option<Arc<LowerBounds>>,
+    pushes: usize,
+}
+
+/// The moves pass after a search that used the PI-corral restriction, which
+/// keeps only some push-optimal solutions: one more search of the level
+/// without it, bounded by the proven optimum (one iteration), whose layers
+/// hold every push-optimal solution, then the pass over them (`moves.rs`).
+/// The level's search ran first because it is the fast one: a solve stopped
+/// during this pass keeps its push-optimal solution and says why its moves
+/// are not minimal.
+fn moves_search<K: StateKey, D: Deployment>(
+    deployment: &mut D,
+    given: &MovesSearch<'_>,
+    cancel: &AtomicBool,
+    progress: &dyn Progress,
+    report: &mut SolveReport,
+) -> Result<(), EngineError> {
+    let (board, pushes) = (given.board, given.pushes);
+    let t0 = Instant::now();
+    let limit = pushes as u32;
+    let bound = given.lower.clone().map(|l| Bound { lower: l as Arc<dyn LowerBound>, limit });
+    let pruning = Pruning { pi_corrals: false, ..given.spec.pruning };
+    let problem = Problem::<K>::full(board.clone(), pruning, given.patterns.clone()).with_bound(bound);
+    let max_states = given.spec.max_states.map(|m| m.saturating_sub(report.states));
+    let limits = Limits { cancel, max_states, bound: Some(limit) };
+    let mut stats = SearchStats::default();
+    let result = deployment.search(Pass::Moves, &problem, given.tables.as_ref(), cancel, &mut |backend| {
+        let (starts, goals) = seeds(&problem);
+        let (found, s) = bidirectional(backend, &starts, &goals, &limits, progress)?;
+        stats = s;
+        match found {
+            SearchEnd::Met { forward, backward, .. } if forward + backward == pushes => {
+                let out = fewest_moves(&problem, backend, forward, backward, MAX_OPTIMAL_STATES, cancel);
+                record_moves(board, report, out, t0)
+            }
+            SearchEnd::Cancelled => Err(EngineError::Cancelled),
+            SearchEnd::Limit => {
+                report.moves_note = Some("the moves pass reached the state limit".into());
+                Ok(())
+            }
+            other => Err(EngineError::Internal(format!(
+                "the moves pass's search ended with {other:?} where a solution of {pushes} pushes is known"
+            ))),
+        }
+    });
+    report.moves_states = stats.stored;
+    report.moves_seconds = t0.elapsed().as_secs_f64();
+    report.peak_memory_bytes = report.peak_memory_bytes.max(stats.peak_memory_bytes);
+    match result {
+        Err(EngineError::Cancelled) => {
+            report.moves_note = Some(STOPPED.into());
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Why a stopped moves pass left the moves as they were.
+const STOPPED: &str = "the moves pass was stopped (time limit or cancel) before it was done";
+
+/// Records the moves pass's outcome: the better solution, or why there is none.
+fn record_moves(
+    board: &Board,
+    report: &mut SolveReport,
+    out: Result<MovesOutcome, EngineError>,
+    t0: Instant,
+) -> Result<(), EngineError> {
+    report.moves_seconds = t0.elapsed().as_secs_f64();
+    match out {
+        Ok(MovesOutcome::Found { pushes, moves, optimal_states }) => {
+            report.optimal_states = optimal_states;
+            let before = report.pushes;
+            if !report.record_solution(board, &pushes)
+                || report.pushes != before
+                || report.moves != Some(moves as usize)
+            {
+                return Err(EngineError::Internal(format!(
+                    "the moves pass's solution does not replay as {} pushes and {moves} moves",
+                    before.unwrap_or(0)
+                )));
+            }
+            report.objective = Some(Objective::PushesMoves);
+            Ok(())
+        }
+        Ok(MovesOutcome::TooMany { optimal_states }) => {
+            report.optimal_states = optimal_states;
+            report.moves_note = Some(format!(
+                "the moves pass gave up: more than {optimal_states} states lie on push-optimal solutions"
+            ));
+            Ok(())
+        }
+        Err(EngineError::Cancelled) => {
+            report.moves_note = Some(STOPPED.into());
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 

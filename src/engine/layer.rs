@@ -154,3 +154,40 @@ pub fn merge<K: StateKey>(
     }
     Ok(stats)
 }
+
+/// The keys of `partitions` that lie in both forward layer `forward` and
+/// backward layer `backward` (the whole meeting layer, which the moves pass
+/// starts from), sorted within each partition. The smaller of the two layers
+/// is streamed and each of its keys looked up in the other.
+pub fn common_keys<K: StateKey>(
+    store: &dyn PartitionStore<K>,
+    partitions: &[usize],
+    forward: usize,
+    backward: usize,
+) -> Result<Vec<K>, EngineError> {
+    let parts: Vec<Vec<K>> = partitions
+        .par_iter()
+        .map(|&p| -> Result<Vec<K>, EngineError> {
+            let (f, b) = (store.layer_len(Side::Forward, forward, p), store.layer_len(Side::Backward, backward, p));
+            let (stream, layer, other, probe) = if f <= b {
+                (Side::Forward, forward, Side::Backward, backward)
+            } else {
+                (Side::Backward, backward, Side::Forward, forward)
+            };
+            // read first, probe after: a store may hold the partition while it streams
+            let mut keys = Vec::new();
+            store.for_each_chunk(stream, layer, p, &mut |chunk| {
+                keys.extend_from_slice(chunk);
+                Ok(())
+            })?;
+            let mut out = Vec::new();
+            for k in keys {
+                if store.contains(other, probe, p, &k)? {
+                    out.push(k);
+                }
+            }
+            Ok(out)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(parts.concat())
+}

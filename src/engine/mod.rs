@@ -5,6 +5,7 @@
 pub mod driver;
 pub mod kpg;
 pub mod layer;
+pub mod moves;
 pub mod partition;
 pub mod path;
 pub mod report;

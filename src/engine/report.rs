@@ -74,6 +74,27 @@ pub struct BoundIteration {
     pub seconds: f64,
 }
 
+/// What a solution is optimal for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Objective {
+    /// The fewest pushes; moves are whatever the solution found takes.
+    #[serde(rename = "pushes")]
+    Pushes,
+    /// The fewest pushes, then the fewest moves among all such solutions.
+    #[default]
+    #[serde(rename = "pushes,moves")]
+    PushesMoves,
+}
+
+impl Objective {
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::Pushes => "pushes",
+            Objective::PushesMoves => "pushes,moves",
+        }
+    }
+}
+
 /// The result of solving one level.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SolveReport {
@@ -101,6 +122,23 @@ pub struct SolveReport {
     pub key_width: KeyWidth,
     /// Why the level is unsolvable (or was stopped), when known.
     pub reason: Option<String>,
+    /// What the solution is proven optimal for (solved levels only): with
+    /// `pushes,moves` both counts are the least possible in that order.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub objective: Option<Objective>,
+    /// The moves pass (part of `seconds`): its time, the states its search
+    /// stored (0 when it reused the main search's layers), and the states that
+    /// lie on push-optimal solutions.
+    #[serde(default)]
+    pub moves_seconds: f64,
+    #[serde(default)]
+    pub moves_states: u64,
+    #[serde(default)]
+    pub optimal_states: u64,
+    /// Why a solve asked for the fewest moves returned only a push-optimal
+    /// solution (the moves pass stopped or gave up).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub moves_note: Option<String>,
     /// The bounded search: each iteration's bound and cost, when it ran.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub iterations: Vec<BoundIteration>,
@@ -130,6 +168,11 @@ impl SolveReport {
             disk_bytes: 0,
             key_width: board.keyspace.width,
             reason: board.unsolvable.clone(),
+            objective: None,
+            moves_seconds: 0.0,
+            moves_states: 0,
+            optimal_states: 0,
+            moves_note: None,
             iterations: Vec::new(),
             storage: None,
         }

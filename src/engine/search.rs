@@ -48,7 +48,7 @@
 //! "no solution within `U`" ([`SearchEnd::Beyond`]); only when the bound
 //! dropped nothing is a dry side a proof that there is no solution at all.
 
-use super::layer::{expand, merge};
+use super::layer::{common_keys, expand, merge};
 use super::partition::{Exchange, PartitionStore, Partitioner};
 use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
@@ -179,6 +179,13 @@ pub trait LayerBackend<K: StateKey> {
     /// Index of the first of `keys` found in `layer` of `side`, if any (the
     /// path rebuild's question, answered wherever the layer lives).
     fn first_in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError>;
+    /// For each of `keys`, whether it lies in `layer` of `side` (the moves
+    /// pass's question, answered wherever the layer lives).
+    fn in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Vec<bool>, EngineError>;
+    /// Every key in both forward layer `forward` and backward layer
+    /// `backward`: the whole meeting layer, in no particular order.
+    /// `Err(count)` when the backend cannot gather that many in one place.
+    fn common(&mut self, forward: usize, backward: usize) -> Result<Result<Vec<K>, u64>, EngineError>;
     /// A meeting already found before this backend was (re)opened, as a
     /// resumed cluster job knows from its log: the search is skipped and only
     /// the path is rebuilt.
@@ -267,6 +274,16 @@ impl<K: StateKey> LayerBackend<K> for LocalBackend<'_, K> {
             }
         }
         Ok(None)
+    }
+
+    fn in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Vec<bool>, EngineError> {
+        use rayon::prelude::*;
+        let (store, partitioner) = (self.store, self.partitioner);
+        keys.par_iter().map(|k| Ok(store.contains(side, layer, partitioner.of(k), k)?)).collect()
+    }
+
+    fn common(&mut self, forward: usize, backward: usize) -> Result<Result<Vec<K>, u64>, EngineError> {
+        Ok(Ok(common_keys(self.store, &self.all_partitions(), forward, backward)?))
     }
 }
 

@@ -62,6 +62,35 @@ pub fn pushes_to_lurd(board: &Board, pushes: &[BoxMove]) -> Option<String> {
     Some(out)
 }
 
+/// Fewest steps the player needs from `from` to every floor square with the
+/// boxes on `boxes` standing still (`u32::MAX`: out of reach), into `dist`;
+/// `queue` is scratch. The moves pass prices each push with it.
+pub fn walk_distances(board: &Board, boxes: &[u16], from: u16, dist: &mut Vec<u32>, queue: &mut Vec<u16>) {
+    dist.clear();
+    dist.resize(board.floor_count(), u32::MAX);
+    for &b in boxes {
+        dist[b as usize] = u32::MAX - 1; // a wall for the walk
+    }
+    queue.clear();
+    queue.push(from);
+    dist[from as usize] = 0;
+    let mut i = 0;
+    while i < queue.len() {
+        let f = queue[i];
+        i += 1;
+        for d in 0..DIRS {
+            let g = board.neighbour(f, d);
+            if g != NONE && dist[g as usize] == u32::MAX {
+                dist[g as usize] = dist[f as usize] + 1;
+                queue.push(g);
+            }
+        }
+    }
+    for &b in boxes {
+        dist[b as usize] = u32::MAX;
+    }
+}
+
 /// The outcome of replaying a solution.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {

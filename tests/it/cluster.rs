@@ -260,6 +260,9 @@ fn cluster_of_three_solves_like_local_mode() {
         // same engine, same deterministic meeting and rebuild: the same solution
         assert_eq!(g["solution"], l["solution"], "level {level}");
         assert_eq!(g["states"], l["states"], "level {level}");
+        // the moves pass ran on the workers too, with the local answer
+        assert_eq!(g["objective"], "pushes,moves", "level {level}: {g}");
+        assert_eq!((&g["moves"], &g["moves_states"]), (&l["moves"], &l["moves_states"]), "level {level}");
         // the bounded search iterates over the same bounds on the workers
         let bounds = |v: &serde_json::Value| {
             v["iterations"]

@@ -223,8 +223,29 @@ pub fn for_levels(
     check: impl Fn(&str, Board) -> Result<Option<bool>, TestCaseError>,
 ) -> Tally {
     use proptest::test_runner::{Config, TestRunner};
+    let runner = TestRunner::new(Config { cases, max_global_rejects: cases * 50, ..Config::default() });
+    run_levels(runner, levels, check)
+}
+
+/// [`for_levels`] on the same levels every run (a fixed seed), for a test
+/// that also counts what those levels give.
+pub fn for_fixed_levels(
+    cases: u32,
+    levels: impl Strategy<Value = String>,
+    check: impl Fn(&str, Board) -> Result<Option<bool>, TestCaseError>,
+) -> Tally {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let config = Config { cases, max_global_rejects: cases * 50, ..Config::default() };
+    let runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    run_levels(runner, levels, check)
+}
+
+fn run_levels(
+    mut runner: proptest::test_runner::TestRunner,
+    levels: impl Strategy<Value = String>,
+    check: impl Fn(&str, Board) -> Result<Option<bool>, TestCaseError>,
+) -> Tally {
     let tally = std::cell::Cell::new(Tally::default());
-    let mut runner = TestRunner::new(Config { cases, max_global_rejects: cases * 50, ..Config::default() });
     let result = runner.run(&levels, |text| {
         let board = board_of(&text);
         prop_assume!(board.is_some());

@@ -10,6 +10,7 @@ mod common;
 mod deploy;
 mod engine;
 mod kpg;
+mod moves;
 mod reference;
 mod rules;
 mod storage;

@@ -130,6 +130,55 @@ pub fn reference_pushes(text: &str) -> Option<usize> {
     unreachable!("the loop returns")
 }
 
+/// The fewest pushes and, among the solutions with that many, the fewest
+/// moves (steps of the player, pushes included), or `None` when nothing
+/// solves the level: Dijkstra over the box squares plus the player's exact
+/// square, a step costing (0, 1) and a push (1, 1), compared in that order.
+pub fn reference_pushes_moves(text: &str) -> Option<(usize, usize)> {
+    use std::cmp::Reverse;
+    use std::collections::{BinaryHeap, HashMap};
+    let g = grid(text);
+    let solved = |boxes: &[u64]| boxes == g.goal.as_slice();
+    let mut best: HashMap<(Vec<u64>, usize), (usize, usize)> = HashMap::new();
+    let mut heap = BinaryHeap::new();
+    best.insert((g.boxes.clone(), g.player), (0, 0));
+    heap.push(Reverse(((0usize, 0usize), g.boxes.clone(), g.player)));
+    let dirs = [1isize, -1, g.width as isize, -(g.width as isize)];
+    while let Some(Reverse((cost, boxes, player))) = heap.pop() {
+        if best.get(&(boxes.clone(), player)).is_some_and(|&c| c < cost) {
+            continue;
+        }
+        if solved(&boxes) {
+            return Some(cost);
+        }
+        for d in dirs {
+            let to = (player as isize + d) as usize;
+            if g.wall[to] {
+                continue;
+            }
+            let (next, pushes) = if bit(&boxes, to) {
+                let beyond = (to as isize + d) as usize;
+                if g.wall[beyond] || bit(&boxes, beyond) {
+                    continue;
+                }
+                let mut moved = boxes.clone();
+                flip(&mut moved, to);
+                flip(&mut moved, beyond);
+                (moved, cost.0 + 1)
+            } else {
+                (boxes.clone(), cost.0)
+            };
+            let c = (pushes, cost.1 + 1);
+            let key = (next, to);
+            if best.get(&key).is_none_or(|&old| c < old) {
+                best.insert(key.clone(), c);
+                heap.push(Reverse((c, key.0, to)));
+            }
+        }
+    }
+    None
+}
+
 #[test]
 fn the_reference_solves_hand_checked_levels() {
     // one push
@@ -147,4 +196,17 @@ fn the_reference_solves_hand_checked_levels() {
     assert_eq!(reference_pushes("######\n#    #\n# .. #\n# $$ #\n#  @ #\n######\n"), Some(2));
     // the player walled off from the box
     assert_eq!(reference_pushes("#######\n#@#$ .#\n#######\n"), None);
+}
+
+#[test]
+fn the_lexicographic_reference_counts_pushes_then_moves() {
+    // one push, one step each
+    assert_eq!(reference_pushes_moves("#####\n#@$.#\n#####\n"), Some((1, 1)));
+    assert_eq!(reference_pushes_moves("#####\n#@* #\n#####\n"), Some((0, 0)));
+    assert_eq!(reference_pushes_moves("#####\n#$ @#\n#  .#\n#####\n"), None);
+    // two boxes: a push, one step back, a push
+    assert_eq!(reference_pushes_moves("#######\n#.$@$.#\n#######\n"), Some((2, 3)));
+    // the near box first: a push, two steps back, a push (the far one first
+    // walks a step more)
+    assert_eq!(reference_pushes_moves("########\n#.$ @$.#\n########\n"), Some((2, 4)));
 }

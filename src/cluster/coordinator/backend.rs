@@ -28,8 +28,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 
+use super::super::MOVES_PHASE;
+
 /// Which search of a job a backend runs: the level itself ("main", its layers
-/// recorded in the job log) or one side of a k-game of the k-PG tables.
+/// recorded in the job log), the moves pass's search of the level
+/// ([`MOVES_PHASE`], not logged) or one side of a k-game of the k-PG tables.
 #[derive(Clone)]
 pub struct Phase {
     pub name: String,
@@ -45,6 +48,10 @@ pub struct Phase {
 impl Phase {
     pub fn main(tables: Arc<Vec<u8>>, bound: Option<(u32, bool)>) -> Phase {
         Phase { name: "main".into(), boxes: 0, tables, bound }
+    }
+    /// The moves pass's search of the level, without PI-corrals.
+    pub fn moves(tables: Arc<Vec<u8>>, bound: Option<(u32, bool)>) -> Phase {
+        Phase { name: MOVES_PHASE.into(), boxes: 0, tables, bound }
     }
     pub(super) fn is_main(&self) -> bool {
         self.name == "main"
@@ -538,8 +545,12 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
         };
         self.layers[side.index()].push(out.new_states);
         if !self.phase.is_main() {
-            let msg =
-                format!("building k-PG tables: {} layer {}", self.phase.name, self.layers[side.index()].len() - 1);
+            let layer = self.layers[side.index()].len() - 1;
+            let msg = if self.phase.name == MOVES_PHASE {
+                format!("the moves pass's search: {} layer {layer}", side.name())
+            } else {
+                format!("building k-PG tables: {} layer {layer}", self.phase.name)
+            };
             self.set_message(State::Running, msg);
             let _ = self.sh.update(self.id, false, |r| {
                 r.keys_exchanged += keys;
@@ -578,7 +589,15 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
     }
 
     fn first_in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Option<usize>, EngineError> {
-        self.lookup_first(side, layer, keys)
+        Ok(self.lookup(side, layer, keys)?.iter().position(|&f| f))
+    }
+
+    fn in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Vec<bool>, EngineError> {
+        self.lookup(side, layer, keys)
+    }
+
+    fn common(&mut self, forward: usize, backward: usize) -> Result<Result<Vec<K>, u64>, EngineError> {
+        self.common_keys(forward, backward)
     }
 
     fn resumed_meeting(&self) -> Option<SearchEnd<K>> {

@@ -7,7 +7,7 @@ use super::super::ClusterError;
 use super::backend::{ClusterBackend, Phase};
 use super::tables::{tables_for, tables_path};
 use super::{Kind, Shared, State};
-use crate::engine::driver::{solve, BoundSpec, Deployment, Observers, SolveSpec, TableSource};
+use crate::engine::driver::{solve, BoundSpec, Deployment, Objective, Observers, Pass, SolveSpec, TableSource};
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::report::SolveReport;
 use crate::engine::search::{LayerBackend, LayerEvent, NoProgress, Progress};
@@ -66,6 +66,7 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
             (false, u) => BoundSpec::Upper(u),
         },
         pair_penalties: !rec.options.no_pair_penalties,
+        objective: if rec.options.pushes_only { Objective::Pushes } else { Objective::PushesMoves },
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
         // the deadline counts the time already run before a coordinator restart
         deadline: (rec.options.timeout > 0.0)
@@ -158,6 +159,7 @@ impl Deployment for ClusterDeployment<'_> {
 
     fn search<K: StateKey>(
         &mut self,
+        pass: Pass,
         problem: &Problem<K>,
         tables: Option<&Arc<DeadlockTables>>,
         _cancel: &AtomicBool,
@@ -167,6 +169,16 @@ impl Deployment for ClusterDeployment<'_> {
             self.sh.record(self.id).ok_or_else(|| engine_error(ClusterError::NotFound(format!("job {}", self.id))))?;
         let bytes = tables.map(|t| kdb::encode(t, &rec.level_text)).unwrap_or_default();
         let limit = problem.bound.as_ref().map(|b| b.limit);
+        let pairs = !rec.options.no_pair_penalties;
+        if pass == Pass::Moves {
+            // the moves pass's own search: its layers are not the job log's
+            // (a restarted coordinator redoes the pass from the logged meeting)
+            let phase = Phase::moves(Arc::new(bytes), limit.map(|u| (u, pairs)));
+            let mut backend =
+                ClusterBackend::<K>::new(self.sh.clone(), self.id, self.rt.clone(), self.stop, phase, &problem.space)
+                    .map_err(engine_error)?;
+            return search(&mut backend);
+        }
         if rec.bound != limit {
             // a new iteration of the bounded search: its layers start afresh
             // (the workers keep none of the last one's: they are told 0 layers)
@@ -178,7 +190,6 @@ impl Deployment for ClusterDeployment<'_> {
                 })
                 .map_err(engine_error)?;
         }
-        let pairs = !rec.options.no_pair_penalties;
         let phase = Phase::main(Arc::new(bytes), limit.map(|u| (u, pairs)));
         let mut backend =
             ClusterBackend::<K>::new(self.sh.clone(), self.id, self.rt.clone(), self.stop, phase, &problem.space)

@@ -87,6 +87,9 @@ pub struct Settings {
     pub upper_bound: u32,
     #[serde(default)]
     pub no_pair_penalties: bool,
+    /// The fewest pushes only, without the moves pass.
+    #[serde(default)]
+    pub pushes_only: bool,
 }
 
 impl From<&Settings> for JobOptions {
@@ -101,6 +104,7 @@ impl From<&Settings> for JobOptions {
             no_bound: s.no_bound,
             upper_bound: s.upper_bound,
             no_pair_penalties: s.no_pair_penalties,
+            pushes_only: s.pushes_only,
         }
     }
 }
@@ -117,6 +121,7 @@ impl From<JobOptions> for Settings {
             no_bound: o.no_bound,
             upper_bound: o.upper_bound,
             no_pair_penalties: o.no_pair_penalties,
+            pushes_only: o.pushes_only,
         }
     }
 }
@@ -217,6 +222,11 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
         reason: r.reason.clone(),
         kpg_seconds: r.kpg_seconds,
         kpg: r.kpg as u32,
+        objective: r.objective.map(|o| o.name().to_string()).unwrap_or_default(),
+        moves_seconds: r.moves_seconds,
+        moves_states: r.moves_states,
+        optimal_states: r.optimal_states,
+        moves_note: r.moves_note.clone(),
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,
         iterations: r

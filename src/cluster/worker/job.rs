@@ -7,9 +7,9 @@
 
 use super::super::codec::{decode_batch, encode_batch, keys_from_bytes, keys_to_bytes};
 use super::super::proto::{ExpandReply, KeyBatch, MergeReply, SealReply};
-use super::super::ClusterError;
+use super::super::{ClusterError, MOVES_PHASE};
 use crate::engine::kpg::DeadlockTables;
-use crate::engine::layer::{expand, merge};
+use crate::engine::layer::{common_keys, expand, merge};
 use crate::engine::partition::{Exchange, LocalExchange, PartitionStore, Partitioner, StoreBytes};
 use crate::engine::{Bound, PatternCheck, Problem, SeamError, Side};
 use crate::model::board::Board;
@@ -109,6 +109,10 @@ pub trait WorkerJob: Send + Sync {
     /// Drops the partial layer and buffered successors; stops a running expand.
     fn abort(&self);
     fn lookup(&self, side: Side, layer: usize, keys: &[u8]) -> Result<Vec<bool>, ClusterError>;
+    /// The keys of this worker's partitions in both forward layer `forward`
+    /// and backward layer `backward`, as key bytes (empty when more than
+    /// `max` of them), and their count.
+    fn common(&self, forward: usize, backward: usize, max: usize) -> Result<(Vec<u8>, u64), ClusterError>;
     /// Every stored key of `side` this worker holds (k-PG table work), as
     /// chunks of key bytes of at most `chunk` keys.
     fn collect(&self, side: Side, chunk: usize) -> Result<Vec<Vec<u8>>, ClusterError>;
@@ -128,7 +132,10 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
     };
     let kept_pairs = tables.as_ref().and_then(|t| t.pairs.clone());
     let patterns = tables.map(|t| t as Arc<dyn PatternCheck>);
-    let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze, pi_corrals: !spec.no_pi_corrals };
+    // the moves pass searches the level without the PI-corral restriction,
+    // which keeps only some of the push-optimal solutions
+    let pi_corrals = !spec.no_pi_corrals && spec.phase != MOVES_PHASE;
+    let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze, pi_corrals };
     if spec.boxes != 0 {
         // a k-game of the k-PG tables: all state prunings and no move pruning,
         // u64 keys (as engine::kpg plays it), also when k is the box count: a
@@ -444,6 +451,17 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
                 Ok(self.store.contains(side, layer, p, k)?)
             })
             .collect()
+    }
+
+    fn common(&self, forward: usize, backward: usize, max: usize) -> Result<(Vec<u8>, u64), ClusterError> {
+        if forward >= self.store.layers(Side::Forward) || backward >= self.store.layers(Side::Backward) {
+            return Err(ClusterError::InvalidArgument(format!(
+                "forward layer {forward} or backward layer {backward} does not exist"
+            )));
+        }
+        let keys = common_keys(&*self.store, &self.mine, forward, backward).map_err(ClusterError::from)?;
+        let bytes = if keys.len() <= max { keys_to_bytes(&keys) } else { Vec::new() };
+        Ok((bytes, keys.len() as u64))
     }
 
     fn collect(&self, side: Side, chunk: usize) -> Result<Vec<Vec<u8>>, ClusterError> {

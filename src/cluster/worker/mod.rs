@@ -419,6 +419,15 @@ impl Worker for WorkerService {
         Ok(Response::new(LookupReply { found }))
     }
 
+    async fn common(&self, req: Request<CommonRequest>) -> R<CommonReply> {
+        let r = req.into_inner();
+        let j = self.job(r.job_id)?;
+        let max = MAX_MESSAGE_BYTES / 2 / (j.limbs() as usize * 8).max(1);
+        let (keys, count) =
+            run_cpu(move || j.common(r.forward_layer as usize, r.backward_layer as usize, max)).await??;
+        Ok(Response::new(CommonReply { keys, count }))
+    }
+
     async fn unload(&self, req: Request<UnloadRequest>) -> R<UnloadReply> {
         let id = req.get_ref().job_id;
         {

@@ -1,0 +1,360 @@
+//! The moves pass: among all push-optimal solutions, one with the fewest
+//! player moves (steps plus pushes), proven so.
+//!
+//! # Why the minimum it finds is the true one
+//!
+//! Let `L` be the optimum and `g(s)` (`h(s)`) the fewest pushes from the start
+//! to `s` (from `s` to the goal). The states on push-optimal solutions are
+//! `OPT = { s : g(s) + h(s) = L }`; a solution is push-optimal exactly when
+//! its `i`-th state lies in `OPT_i = { s in OPT : g(s) = i }`.
+//!
+//! The pass runs on the layers of a search that prunes *states* only (dead
+//! squares, freezes, k-PG patterns, the matching and a bound `U >= L`), never
+//! moves: the PI-corral restriction keeps only some optimal solutions, so a
+//! search that used it is searched again without it (the driver does that).
+//! In such a search every state of `OPT` is kept on both sides at its true
+//! depth (see `search.rs`: each pruning keeps every state of every optimal
+//! solution, not just one solution), and every stored state lies at the end
+//! of a real path as long as its layer index. Let the sides meet at forward
+//! layer `a` and backward layer `b`, `a + b = L`. Then:
+//!
+//! - `OPT_a = F_a ∩ B_b`: a state in both is `a` pushes from the start and `b`
+//!   from the goal, so on a solution of `L` pushes; a state of `OPT_a` is kept
+//!   in `F_a` and in `B_b`.
+//! - For `d < a`, `OPT_d` is the set of states of `F_d` with a push into
+//!   `OPT_{d+1}`: such a state starts a path of `d + 1 + (L - d - 1) = L`
+//!   pushes; and each state of `OPT_d` is in `F_d` and its optimal solution's
+//!   next push leads into `OPT_{d+1}`. The pass finds them as the pull
+//!   predecessors of `OPT_{d+1}` (no pruning) that lie in `F_d`.
+//! - For `d > a`, symmetrically, `OPT_d` is the set of push successors of
+//!   `OPT_{d-1}` that lie in `B_{L-d}`.
+//!
+//! Every push-optimal solution is then a path `OPT_0 -> ... -> OPT_L`, and
+//! every such path is one. The moves of a solution are the sum over its pushes
+//! of one plus the player's walk to the square behind the box, and a walk can
+//! always be a shortest one (boxes stand still while the player walks). That
+//! walk depends on the player's exact square, which a normalized state does not
+//! record; but after a push the player stands where the pushed box stood. So
+//! the pass labels each pair (state of `OPT_d`, the player's exact square) with
+//! the fewest moves that reach it, layer by layer from (start, start square):
+//! a shortest path over a layered graph, exact, with ties broken by the lowest
+//! predecessor so the answer does not depend on threads.
+
+use super::search::LayerBackend;
+use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
+use crate::model::board::opposite;
+use crate::model::key::StateKey;
+use crate::model::rules::{BoxMove, Scratch};
+use crate::model::solution::walk_distances;
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What the moves pass keeps in memory at most: states of push-optimal
+/// solutions over all depths. Beyond it the pass gives up and the solve
+/// keeps its push-optimal solution (about 40 bytes per state and player
+/// square: well under a gigabyte).
+pub const MAX_OPTIMAL_STATES: u64 = 1 << 24;
+
+/// Keys per lookup batch sent to the backend (a cluster message stays small).
+const LOOKUP_BATCH: usize = 1 << 16;
+
+/// How the moves pass ended.
+pub enum MovesOutcome {
+    /// The pushes of a push-optimal solution with the fewest moves, its
+    /// moves, and the number of states on push-optimal solutions.
+    Found { pushes: Vec<BoxMove>, moves: u64, optimal_states: u64 },
+    /// More states lie on push-optimal solutions than the pass may hold.
+    TooMany { optimal_states: u64 },
+}
+
+/// Runs the pass on `backend`, whose layers come from a search without move
+/// pruning that met at forward layer `forward` and backward layer `backward`.
+pub fn fewest_moves<K: StateKey>(
+    problem: &Problem<K>,
+    backend: &mut dyn LayerBackend<K>,
+    forward: usize,
+    backward: usize,
+    max_states: u64,
+    cancel: &AtomicBool,
+) -> Result<MovesOutcome, EngineError> {
+    if problem.pruning.pi_corrals {
+        return Err(EngineError::Internal("the moves pass needs layers searched without PI-corrals".into()));
+    }
+    let t0 = std::time::Instant::now();
+    // the search's state prunings without its bound: every stored state
+    // passed them, so the moves that they drop lead to no stored state (and
+    // a pruned move skips normalizing the player)
+    let problem = &Problem::<K>::full(problem.board.clone(), problem.pruning, problem.patterns.clone());
+    let layers = match optimal_layers(problem, backend, forward, backward, max_states, cancel)? {
+        Ok(layers) => layers,
+        Err(optimal_states) => return Ok(MovesOutcome::TooMany { optimal_states }),
+    };
+    let optimal_states = layers.iter().map(|l| l.len() as u64).sum();
+    tracing::info!(optimal_states, seconds = t0.elapsed().as_secs_f64(), "push-optimal states found");
+    let (pushes, moves) = cheapest_path(problem, &layers, cancel)?;
+    tracing::info!(moves, seconds = t0.elapsed().as_secs_f64(), "fewest moves found");
+    Ok(MovesOutcome::Found { pushes, moves, optimal_states })
+}
+
+/// `OPT_0..=OPT_L`, each sorted; `Err(count)` once they pass `max_states`.
+#[allow(clippy::type_complexity)]
+fn optimal_layers<K: StateKey>(
+    problem: &Problem<K>,
+    backend: &mut dyn LayerBackend<K>,
+    forward: usize,
+    backward: usize,
+    max_states: u64,
+    cancel: &AtomicBool,
+) -> Result<Result<Vec<Vec<K>>, u64>, EngineError> {
+    let total = forward + backward;
+    let mut layers: Vec<Vec<K>> = vec![Vec::new(); total + 1];
+    let mut meet = match backend.common(forward, backward)? {
+        Ok(keys) => keys,
+        Err(count) => return Ok(Err(count)),
+    };
+    meet.sort_unstable();
+    if meet.is_empty() {
+        return Err(EngineError::Internal(format!(
+            "moves pass: forward layer {forward} and backward layer {backward} share no state"
+        )));
+    }
+    let mut count = meet.len() as u64;
+    layers[forward] = meet;
+    // towards the start: pull predecessors found in the forward layers
+    for d in (0..forward).rev() {
+        let next = neighbours(problem, Side::Backward, &layers[d + 1]);
+        layers[d] = keep_in_layer(backend, Side::Forward, d, next)?;
+        count += layers[d].len() as u64;
+        if count > max_states {
+            return Ok(Err(count));
+        }
+        if cancel.load(Ordering::Relaxed) {
+            return Err(EngineError::Cancelled);
+        }
+    }
+    // towards the goal: push successors found in the backward layers
+    for d in forward + 1..=total {
+        let next = neighbours(problem, Side::Forward, &layers[d - 1]);
+        layers[d] = keep_in_layer(backend, Side::Backward, total - d, next)?;
+        count += layers[d].len() as u64;
+        if count > max_states {
+            return Ok(Err(count));
+        }
+        if cancel.load(Ordering::Relaxed) {
+            return Err(EngineError::Cancelled);
+        }
+    }
+    if let Some(d) = layers.iter().position(|l| l.is_empty()) {
+        return Err(EngineError::Internal(format!("moves pass: no push-optimal state at depth {d}")));
+    }
+    Ok(Ok(layers))
+}
+
+/// Every move of `side` from `keys` that the search's state prunings keep,
+/// sorted and deduplicated.
+fn neighbours<K: StateKey>(problem: &Problem<K>, side: Side, keys: &[K]) -> Vec<K> {
+    let mut out: Vec<K> = keys
+        .par_iter()
+        .map_init(
+            || (Scratch::new(&problem.board), [0; EXCESS_BINS]),
+            |(sc, excess), k| {
+                let mut v = Vec::new();
+                problem.expand(side, k, sc, 0, excess, |n, _| v.push(n));
+                v
+            },
+        )
+        .flatten_iter()
+        .collect();
+    out.par_sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The keys of sorted `keys` that lie in `layer` of `side`.
+fn keep_in_layer<K: StateKey>(
+    backend: &mut dyn LayerBackend<K>,
+    side: Side,
+    layer: usize,
+    keys: Vec<K>,
+) -> Result<Vec<K>, EngineError> {
+    let mut kept = Vec::new();
+    for batch in keys.chunks(LOOKUP_BATCH) {
+        let found = backend.in_layer(side, layer, batch)?;
+        if found.len() != batch.len() {
+            return Err(EngineError::Internal(format!("{} answers for {} lookups", found.len(), batch.len())));
+        }
+        kept.extend(batch.iter().zip(found).filter(|(_, f)| *f).map(|(k, _)| *k));
+    }
+    Ok(kept)
+}
+
+/// A (state, player square) pair of one depth and the fewest moves that
+/// reach it. Twelve bytes: the pass keeps every depth's labels, and finds
+/// the path back by regenerating predecessors rather than storing parents.
+#[derive(Clone, Copy)]
+struct Label {
+    /// Index of the state in its `OPT` layer.
+    state: u32,
+    moves: u32,
+    /// The player's exact square.
+    player: u16,
+}
+
+/// `(first, end)` of each run of labels of one state in `labels` (sorted by state).
+fn group_bounds(labels: &[Label]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut lo = 0;
+    for i in 1..=labels.len() {
+        if i == labels.len() || labels[i].state != labels[lo].state {
+            out.push((lo, i));
+            lo = i;
+        }
+    }
+    out
+}
+
+/// Per-thread buffers of the labelling.
+struct Work {
+    sc: Scratch,
+    boxes: Vec<u16>,
+    queue: Vec<u16>,
+    /// Walk distances from each label of the current state.
+    dists: Vec<Vec<u32>>,
+    pushes: Vec<(u32, BoxMove)>,
+    excess: Excess,
+}
+
+impl Work {
+    fn new(problem_board: &crate::model::board::Board) -> Self {
+        Work {
+            sc: Scratch::new(problem_board),
+            boxes: Vec::new(),
+            queue: Vec::new(),
+            dists: Vec::new(),
+            pushes: Vec::new(),
+            excess: [0; EXCESS_BINS],
+        }
+    }
+}
+
+/// The fewest-moves path through `layers` from the start (player on its
+/// square) to any state of the last layer: its pushes and moves.
+fn cheapest_path<K: StateKey>(
+    problem: &Problem<K>,
+    layers: &[Vec<K>],
+    cancel: &AtomicBool,
+) -> Result<(Vec<BoxMove>, u64), EngineError> {
+    let board = &problem.board;
+    if layers[0].len() != 1 {
+        return Err(EngineError::Internal("moves pass: the first layer is not the start alone".into()));
+    }
+    let mut labels: Vec<Vec<Label>> = vec![vec![Label { state: 0, moves: 0, player: board.start_player }]];
+    for d in 0..layers.len() - 1 {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(EngineError::Cancelled);
+        }
+        let (here, next) = (&layers[d], &layers[d + 1]);
+        let cur = &labels[d];
+        // the labels of one state are adjacent: its pushes are generated once
+        // (each needs the player normalized), its walks once per label
+        let groups: Vec<(usize, usize)> = group_bounds(cur);
+        let mut cands: Vec<Label> = groups
+            .par_iter()
+            .map_init(
+                || Work::new(board),
+                |w, &(lo, hi)| {
+                    let key = &here[cur[lo].state as usize];
+                    problem.decode(key, &mut w.boxes);
+                    w.pushes.clear();
+                    let pushes = &mut w.pushes;
+                    problem.expand(Side::Forward, key, &mut w.sc, 0, &mut w.excess, |after, m| {
+                        if let Ok(state) = next.binary_search(&after) {
+                            pushes.push((state as u32, m));
+                        }
+                    });
+                    let group = &cur[lo..hi];
+                    w.dists.resize_with(group.len(), Vec::new);
+                    for (l, dist) in group.iter().zip(w.dists.iter_mut()) {
+                        walk_distances(board, &w.boxes, l.player, dist, &mut w.queue);
+                    }
+                    let mut out = Vec::new();
+                    for (i, l) in group.iter().enumerate() {
+                        // a label another one reaches by walking, no dearer, adds nothing
+                        let dominated = group.iter().enumerate().any(|(j, o)| {
+                            let via = o.moves as u64 + w.dists[j][l.player as usize] as u64;
+                            j != i && (via < l.moves as u64 || (via == l.moves as u64 && j < i))
+                        });
+                        if dominated {
+                            continue;
+                        }
+                        for &(state, m) in w.pushes.iter() {
+                            let behind = board.neighbour(m.from, opposite(m.dir as usize));
+                            let walk = w.dists[i][behind as usize];
+                            if walk < u32::MAX - 1 {
+                                out.push(Label { state, moves: l.moves + walk + 1, player: m.from });
+                            }
+                        }
+                    }
+                    out
+                },
+            )
+            .flatten_iter()
+            .collect();
+        // the cheapest label per (state, square)
+        cands.par_sort_unstable_by_key(|l| (l.state, l.player, l.moves));
+        cands.dedup_by_key(|l| (l.state, l.player));
+        if cands.is_empty() {
+            return Err(EngineError::Internal(format!("moves pass: no push leads to depth {}", d + 1)));
+        }
+        labels.push(cands);
+    }
+    let last = labels.last().expect("one label layer at least");
+    let (mut at, best) = last
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, l)| (l.moves, *i))
+        .map(|(i, l)| (i, l.moves))
+        .expect("a non-empty last layer");
+    // back to the start: the label of the previous depth whose moves plus
+    // the walk and the push give this label's moves
+    let mut w = Work::new(board);
+    let mut dist = Vec::new();
+    let mut pushes = Vec::with_capacity(layers.len() - 1);
+    for d in (1..labels.len()).rev() {
+        let l = labels[d][at];
+        let mut preds: Vec<(K, BoxMove)> = Vec::new();
+        problem.expand_unpruned(Side::Backward, &layers[d][l.state as usize], &mut w.sc, |k, m| preds.push((k, m)));
+        let mut found = None;
+        for (key, pull) in preds {
+            // the push undoing this pull; the player ends where the box stood
+            let push =
+                BoxMove { from: board.neighbour(pull.from, pull.dir as usize), dir: opposite(pull.dir as usize) as u8 };
+            if push.from != l.player {
+                continue;
+            }
+            let Ok(state) = layers[d - 1].binary_search(&key) else { continue };
+            let prev = &labels[d - 1];
+            let lo = prev.partition_point(|p| p.state < state as u32);
+            let hi = prev.partition_point(|p| p.state <= state as u32);
+            if lo == hi {
+                continue;
+            }
+            problem.decode(&key, &mut w.boxes);
+            let behind = board.neighbour(push.from, opposite(push.dir as usize));
+            for (j, p) in prev.iter().enumerate().take(hi).skip(lo) {
+                walk_distances(board, &w.boxes, p.player, &mut dist, &mut w.queue);
+                let walk = dist[behind as usize];
+                if walk < u32::MAX - 1 && p.moves + walk + 1 == l.moves && found.is_none_or(|(f, _)| j < f) {
+                    found = Some((j, push));
+                }
+            }
+        }
+        let (j, push) = found.ok_or_else(|| {
+            EngineError::Internal(format!("moves pass: no label at depth {} leads to the one at {d}", d - 1))
+        })?;
+        pushes.push(push);
+        at = j;
+    }
+    pushes.reverse();
+    Ok((pushes, best as u64))
+}
