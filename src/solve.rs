@@ -149,7 +149,7 @@ impl Deployment for Local<'_> {
 
     fn search<K: StateKey>(
         &mut self,
-        _pass: Pass,
+        pass: Pass,
         problem: &Problem<K>,
         _tables: Option<&Arc<DeadlockTables>>,
         cancel: &AtomicBool,
@@ -192,6 +192,12 @@ impl Deployment for Local<'_> {
             usage.clone(),
         )?;
         let result = search(&mut LocalBackend { problem, partitioner, store: &store, exchange: &exchange, cancel });
+        if let (Pass::Moves, Some(main)) = (pass, self.storage.as_mut()) {
+            // the report describes the level's search; the moves pass's may
+            // still have used more disk at its peak
+            main.peak_disk_bytes = main.peak_disk_bytes.max(usage.peak());
+            return result;
+        }
         self.storage = Some(StorageReport {
             memory_budget_bytes: budget.total,
             partitions: parts,

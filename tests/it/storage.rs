@@ -8,7 +8,7 @@ use sokoshard::engine::EngineError;
 use sokoshard::model::board::Board;
 use sokoshard::model::level::{split_collection, Level};
 use sokoshard::model::solution::verify;
-use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
+use sokoshard::solve::{solve_local, Objective, SolveOptions, SolveReport, Status};
 use sokoshard::storage::disk::SpillPolicy;
 use sokoshard::storage::StorageError;
 use std::fs;
@@ -83,6 +83,9 @@ fn spilled_runs_match_the_known_push_counts() {
         // the in-memory fast path agrees state for state
         let mem = solve_local(board, &SolveOptions::default(), &cancel, &NoProgress).unwrap();
         assert_eq!((mem.pushes, mem.states), (r.pushes, r.states), "level {index}");
+        // and so does the moves pass, reading its search's spilled layers
+        assert_eq!(r.objective, Some(Objective::PushesMoves), "level {index}");
+        assert_eq!((mem.moves, mem.moves_states), (r.moves, r.moves_states), "level {index}");
         assert!(mem.storage.is_none());
     }
     assert!(entries(base.path()).is_empty(), "spill directories left behind: {:?}", entries(base.path()));
