@@ -96,6 +96,8 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let out = Command::new(&exe)
         .args(["solve", &a.file.display().to_string(), "--level", &text.index.to_string(), "--json"])
+        // the search alone, on both sides of the comparison
+        .args(["--objective", "pushes"])
         .args(["--partitions", &a.partitions.to_string()])
         .output()
         .context("running solve")?;
@@ -145,7 +147,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let started = Instant::now();
-            let opts = SubmitOptions { partitions: a.partitions, ..Default::default() };
+            let opts = SubmitOptions { partitions: a.partitions, pushes_only: true, ..Default::default() };
             let id = c.submit(&level.to_xsb(), &text.title, text.index as u32, &opts).await?;
             let v = c.watch(id, Duration::from_secs(10), |_| {}).await?;
             let seconds = started.elapsed().as_secs_f64();
