@@ -154,6 +154,37 @@ fn solve_json_has_the_promised_fields_and_solutions_verify() {
     }
 }
 
+/// The default objective is the fewest pushes, then the fewest moves, and
+/// says so; `--objective pushes` keeps the first push-optimal solution
+/// (Microban I #10: 21 pushes either way, 89 moves against 121).
+#[test]
+fn objective_flag_picks_fewest_moves_or_pushes_only() {
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let o = sokoshard(&[&["solve", file, "--level", "10", "--json"][..], extra].concat());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        serde_json::from_str::<serde_json::Value>(stdout(&o).trim()).unwrap()
+    };
+    let best = run(&[]);
+    let first = run(&["--objective", "pushes"]);
+    assert_eq!(
+        (&best["objective"], &first["objective"]),
+        (&serde_json::json!("pushes,moves"), &serde_json::json!("pushes"))
+    );
+    assert_eq!((&best["pushes"], &first["pushes"]), (&serde_json::json!(21), &serde_json::json!(21)));
+    assert_eq!((&best["moves"], &first["moves"]), (&serde_json::json!(89), &serde_json::json!(121)));
+    assert!(best["moves_seconds"].as_f64().unwrap() > 0.0 && best["optimal_states"].as_u64().unwrap() > 0, "{best}");
+    let check =
+        sokoshard(&["verify", file, "--level", "10", "--solution", best["solution"].as_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&check).trim()).unwrap();
+    assert_eq!((&v["valid"], &v["moves"]), (&serde_json::json!(true), &serde_json::json!(89)));
+    let o = sokoshard(&["solve", file, "--level", "10"]);
+    assert!(stdout(&o).contains("solved in 21 pushes, 89 moves (fewest pushes, then fewest moves)"), "{}", stdout(&o));
+    let o = sokoshard(&["solve", file, "--level", "10", "--objective", "moves"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
 #[test]
 fn solve_text_output_summary_and_sok_file() {
     let dir = tempfile::tempdir().unwrap();
