@@ -85,7 +85,7 @@ pub fn fewest_moves<K: StateKey>(
     // passed them, so the moves that they drop lead to no stored state (and
     // a pruned move skips normalizing the player)
     let problem = &Problem::<K>::full(problem.board.clone(), problem.pruning, problem.patterns.clone());
-    let layers = match optimal_layers(problem, backend, forward, backward, max_states, cancel)? {
+    let layers = match optimal_layers(problem, backend, (forward, backward), max_states, cancel)? {
         Ok(layers) => layers,
         Err(optimal_states) => return Ok(MovesOutcome::TooMany { optimal_states }),
     };
@@ -96,13 +96,13 @@ pub fn fewest_moves<K: StateKey>(
     Ok(MovesOutcome::Found { pushes, moves, optimal_states })
 }
 
-/// `OPT_0..=OPT_L`, each sorted; `Err(count)` once they pass `max_states`.
+/// `OPT_0..=OPT_L`, each sorted, from the layers `(forward, backward)` where
+/// the sides met; `Err(count)` once they pass `max_states`.
 #[allow(clippy::type_complexity)]
 fn optimal_layers<K: StateKey>(
     problem: &Problem<K>,
     backend: &mut dyn LayerBackend<K>,
-    forward: usize,
-    backward: usize,
+    (forward, backward): (usize, usize),
     max_states: u64,
     cancel: &AtomicBool,
 ) -> Result<Result<Vec<Vec<K>>, u64>, EngineError> {
@@ -120,22 +120,14 @@ fn optimal_layers<K: StateKey>(
     }
     let mut count = meet.len() as u64;
     layers[forward] = meet;
-    // towards the start: pull predecessors found in the forward layers
-    for d in (0..forward).rev() {
-        let next = neighbours(problem, Side::Backward, &layers[d + 1]);
-        layers[d] = keep_in_layer(backend, Side::Forward, d, next)?;
-        count += layers[d].len() as u64;
-        if count > max_states {
-            return Ok(Err(count));
-        }
-        if cancel.load(Ordering::Relaxed) {
-            return Err(EngineError::Cancelled);
-        }
-    }
-    // towards the goal: push successors found in the backward layers
-    for d in forward + 1..=total {
-        let next = neighbours(problem, Side::Forward, &layers[d - 1]);
-        layers[d] = keep_in_layer(backend, Side::Backward, total - d, next)?;
+    // towards the start, pull predecessors found in the forward layers; then
+    // towards the goal, push successors found in the backward layers:
+    // (depth, the depth it grows from, the moves, the side looked up, its layer)
+    let towards_start = (0..forward).rev().map(|d| (d, d + 1, Side::Backward, Side::Forward, d));
+    let towards_goal = (forward + 1..=total).map(|d| (d, d - 1, Side::Forward, Side::Backward, total - d));
+    for (d, from, moves, side, layer) in towards_start.chain(towards_goal) {
+        let next = neighbours(problem, moves, &layers[from]);
+        layers[d] = keep_in_layer(backend, side, layer, next)?;
         count += layers[d].len() as u64;
         if count > max_states {
             return Ok(Err(count));
