@@ -299,7 +299,8 @@ fn search<K: StateKey, D: Deployment>(
                 if spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals && !pushes.is_empty() {
                     let t0 = Instant::now();
                     let out = fewest_moves(&problem, backend, forward, backward, MAX_OPTIMAL_STATES, cancel);
-                    record_moves(board, report, out, t0)?;
+                    let result = record_moves(board, report, out, t0);
+                    moves_pass_end(report, result);
                 }
                 met = pushes.len();
             }
@@ -386,13 +387,8 @@ fn moves_search<K: StateKey, D: Deployment>(
     report.moves_states = stats.stored;
     report.moves_seconds = t0.elapsed().as_secs_f64();
     report.peak_memory_bytes = report.peak_memory_bytes.max(stats.peak_memory_bytes);
-    match result {
-        Err(EngineError::Cancelled) => {
-            report.moves_note = Some(STOPPED.into());
-            Ok(())
-        }
-        other => other,
-    }
+    moves_pass_end(report, result);
+    Ok(())
 }
 
 /// Why a stopped moves pass left the moves as they were.
@@ -409,14 +405,16 @@ fn record_moves(
     match out {
         Ok(MovesOutcome::Found { pushes, moves, optimal_states }) => {
             report.optimal_states = optimal_states;
-            let before = report.pushes;
+            let before = (report.pushes, report.moves, report.solution.clone());
             if !report.record_solution(board, &pushes)
-                || report.pushes != before
+                || report.pushes != before.0
                 || report.moves != Some(moves as usize)
             {
+                // the push-optimal solution stays
+                (report.pushes, report.moves, report.solution) = before;
                 return Err(EngineError::Internal(format!(
                     "the moves pass's solution does not replay as {} pushes and {moves} moves",
-                    before.unwrap_or(0)
+                    report.pushes.unwrap_or(0)
                 )));
             }
             report.objective = Some(Objective::PushesMoves);
@@ -429,11 +427,21 @@ fn record_moves(
             ));
             Ok(())
         }
-        Err(EngineError::Cancelled) => {
-            report.moves_note = Some(STOPPED.into());
-            Ok(())
-        }
         Err(e) => Err(e),
+    }
+}
+
+/// The end of a moves pass: whatever stopped it (the deadline, a full disk, a
+/// failed worker, an internal check), the push-optimal solution found before
+/// it stands, with the reason its moves are not minimal.
+fn moves_pass_end(report: &mut SolveReport, result: Result<(), EngineError>) {
+    match result {
+        Ok(()) => {}
+        Err(EngineError::Cancelled) => report.moves_note = Some(STOPPED.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "the moves pass failed; the push-optimal solution stands");
+            report.moves_note = Some(format!("the moves pass failed: {e}"));
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! candidates, drops those already visited, checks the rest against the other side,
 //! and stores them as its part of the new layer).
 
-use super::partition::{Exchange, PartitionStore, Partitioner};
+use super::partition::{gallop, Exchange, PartitionStore, Partitioner};
 use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
 use crate::model::rules::Scratch;
@@ -158,7 +158,8 @@ pub fn merge<K: StateKey>(
 /// The keys of `partitions` that lie in both forward layer `forward` and
 /// backward layer `backward` (the whole meeting layer, which the moves pass
 /// starts from), sorted within each partition. The smaller of the two layers
-/// is streamed and each of its keys looked up in the other.
+/// is read, the larger streamed against it (both are sorted: a merge that
+/// gallops over the gaps, no lookup per key).
 pub fn common_keys<K: StateKey>(
     store: &dyn PartitionStore<K>,
     partitions: &[usize],
@@ -169,22 +170,27 @@ pub fn common_keys<K: StateKey>(
         .par_iter()
         .map(|&p| -> Result<Vec<K>, EngineError> {
             let (f, b) = (store.layer_len(Side::Forward, forward, p), store.layer_len(Side::Backward, backward, p));
-            let (stream, layer, other, probe) = if f <= b {
-                (Side::Forward, forward, Side::Backward, backward)
+            let ((small, s_layer), (large, l_layer)) = if f <= b {
+                ((Side::Forward, forward), (Side::Backward, backward))
             } else {
-                (Side::Backward, backward, Side::Forward, forward)
+                ((Side::Backward, backward), (Side::Forward, forward))
             };
-            // read first, probe after: a store may hold the partition while it streams
-            let mut keys = Vec::new();
-            store.for_each_chunk(stream, layer, p, &mut |chunk| {
-                keys.extend_from_slice(chunk);
+            let mut held = Vec::new();
+            store.for_each_chunk(small, s_layer, p, &mut |chunk| {
+                held.extend_from_slice(chunk);
                 Ok(())
             })?;
-            let mut out = Vec::new();
-            for k in keys {
-                if store.contains(other, probe, p, &k)? {
-                    out.push(k);
-                }
+            let (mut out, mut j) = (Vec::new(), 0);
+            if !held.is_empty() {
+                store.for_each_chunk(large, l_layer, p, &mut |chunk| {
+                    for k in chunk {
+                        j = gallop(&held, j, k);
+                        if held.get(j) == Some(k) {
+                            out.push(*k);
+                        }
+                    }
+                    Ok(())
+                })?;
             }
             Ok(out)
         })

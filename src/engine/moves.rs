@@ -25,7 +25,9 @@
 //!   `OPT_{d+1}`: such a state starts a path of `d + 1 + (L - d - 1) = L`
 //!   pushes; and each state of `OPT_d` is in `F_d` and its optimal solution's
 //!   next push leads into `OPT_{d+1}`. The pass finds them as the pull
-//!   predecessors of `OPT_{d+1}` (no pruning) that lie in `F_d`.
+//!   predecessors of `OPT_{d+1}` that lie in `F_d`, generated under the
+//!   search's state prunings: a state of `OPT` is reachable from the start
+//!   and reaches the goal, so no pruning of either side drops it.
 //! - For `d > a`, symmetrically, `OPT_d` is the set of push successors of
 //!   `OPT_{d-1}` that lie in `B_{L-d}`.
 //!
@@ -41,7 +43,7 @@
 //! predecessor so the answer does not depend on threads.
 
 use super::search::LayerBackend;
-use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
+use super::{EngineError, Problem, Side, EXCESS_BINS};
 use crate::model::board::opposite;
 use crate::model::key::StateKey;
 use crate::model::rules::{BoxMove, Scratch};
@@ -51,12 +53,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What the moves pass keeps in memory at most: states of push-optimal
 /// solutions over all depths. Beyond it the pass gives up and the solve
-/// keeps its push-optimal solution (about 40 bytes per state and player
-/// square: well under a gigabyte).
+/// keeps its push-optimal solution. Each such state costs its key, its edges
+/// (12 bytes each) and a label (12 bytes) per player square it is reached
+/// with.
 pub const MAX_OPTIMAL_STATES: u64 = 1 << 24;
 
 /// Keys per lookup batch sent to the backend (a cluster message stays small).
 const LOOKUP_BATCH: usize = 1 << 16;
+
+/// States of a push-optimal layer whose moves are generated and looked up at
+/// once.
+const EXPAND_CHUNK: usize = 1 << 17;
 
 /// How the moves pass ended.
 pub enum MovesOutcome {
@@ -81,23 +88,35 @@ pub fn fewest_moves<K: StateKey>(
         return Err(EngineError::Internal("the moves pass needs layers searched without PI-corrals".into()));
     }
     let t0 = std::time::Instant::now();
-    // the search's state prunings without its bound: every stored state
-    // passed them, so the moves that they drop lead to no stored state (and
-    // a pruned move skips normalizing the player)
+    // the search's state prunings without its bound: a push-optimal state is
+    // reachable from the start and reaches the goal, so neither side's
+    // prunings drop it; the moves they drop lead to no state the pass wants
+    // (and a pruned move skips normalizing the player)
     let problem = &Problem::<K>::full(problem.board.clone(), problem.pruning, problem.patterns.clone());
-    let layers = match optimal_layers(problem, backend, (forward, backward), max_states, cancel)? {
-        Ok(layers) => layers,
+    let (layers, edges) = match optimal_layers(problem, backend, (forward, backward), max_states, cancel)? {
+        Ok(found) => found,
         Err(optimal_states) => return Ok(MovesOutcome::TooMany { optimal_states }),
     };
     let optimal_states = layers.iter().map(|l| l.len() as u64).sum();
     tracing::info!(optimal_states, seconds = t0.elapsed().as_secs_f64(), "push-optimal states found");
-    let (pushes, moves) = cheapest_path(problem, &layers, cancel)?;
+    let (pushes, moves) = cheapest_path(problem, &layers, &edges, cancel)?;
     tracing::info!(moves, seconds = t0.elapsed().as_secs_f64(), "fewest moves found");
     Ok(MovesOutcome::Found { pushes, moves, optimal_states })
 }
 
-/// `OPT_0..=OPT_L`, each sorted, from the layers `(forward, backward)` where
-/// the sides met; `Err(count)` once they pass `max_states`.
+/// A push from state `from` of `OPT_d` to state `to` of `OPT_{d+1}` (indices
+/// into those layers).
+#[derive(Clone, Copy)]
+struct Edge {
+    from: u32,
+    to: u32,
+    push: BoxMove,
+}
+
+/// `OPT_0..=OPT_L`, each sorted, and the pushes between consecutive ones
+/// (`edges[d]` from `OPT_d`, sorted by `from`), from the layers
+/// `(forward, backward)` where the sides met; `Err(count)` once they pass
+/// `max_states`.
 #[allow(clippy::type_complexity)]
 fn optimal_layers<K: StateKey>(
     problem: &Problem<K>,
@@ -105,9 +124,10 @@ fn optimal_layers<K: StateKey>(
     (forward, backward): (usize, usize),
     max_states: u64,
     cancel: &AtomicBool,
-) -> Result<Result<Vec<Vec<K>>, u64>, EngineError> {
+) -> Result<Result<(Vec<Vec<K>>, Vec<Vec<Edge>>), u64>, EngineError> {
     let total = forward + backward;
     let mut layers: Vec<Vec<K>> = vec![Vec::new(); total + 1];
+    let mut edges: Vec<Vec<Edge>> = vec![Vec::new(); total];
     let mut meet = match backend.common(forward, backward)? {
         Ok(keys) => keys,
         Err(count) => return Ok(Err(count)),
@@ -119,6 +139,9 @@ fn optimal_layers<K: StateKey>(
         )));
     }
     let mut count = meet.len() as u64;
+    if count > max_states {
+        return Ok(Err(count));
+    }
     layers[forward] = meet;
     // towards the start, pull predecessors found in the forward layers; then
     // towards the goal, push successors found in the backward layers:
@@ -126,8 +149,47 @@ fn optimal_layers<K: StateKey>(
     let towards_start = (0..forward).rev().map(|d| (d, d + 1, Side::Backward, Side::Forward, d));
     let towards_goal = (forward + 1..=total).map(|d| (d, d - 1, Side::Forward, Side::Backward, total - d));
     for (d, from, moves, side, layer) in towards_start.chain(towards_goal) {
-        let next = neighbours(problem, moves, &layers[from]);
-        layers[d] = keep_in_layer(backend, side, layer, next)?;
+        // the moves from a slice of the layer at a time, so that memory holds
+        // the slice's candidates (not the whole layer's) and the kept ones
+        let mut kept: Vec<(K, u32, BoxMove)> = Vec::new();
+        for (c, chunk) in layers[from].chunks(EXPAND_CHUNK).enumerate() {
+            let mut cands = neighbours(problem, moves, chunk, (c * EXPAND_CHUNK) as u32);
+            let mut keys: Vec<K> = cands.iter().map(|c| c.0).collect();
+            keys.dedup();
+            let found = keep_in_layer(backend, side, layer, keys)?;
+            cands.retain(|c| found.binary_search(&c.0).is_ok());
+            kept.append(&mut cands);
+            if cancel.load(Ordering::Relaxed) {
+                return Err(EngineError::Cancelled);
+            }
+        }
+        let mut found: Vec<K> = kept.iter().map(|c| c.0).collect();
+        found.par_sort_unstable();
+        found.dedup();
+        layers[d] = found;
+        // every kept candidate is an edge, its push forward
+        let found = &layers[d];
+        let mut es: Vec<Edge> = kept
+            .into_iter()
+            .filter_map(|(key, i, m)| {
+                let j = found.binary_search(&key).ok()? as u32;
+                Some(match moves {
+                    Side::Forward => Edge { from: i, to: j, push: m },
+                    // the pull dragged the box from `m.from` one step in
+                    // `m.dir`; the push undoing it starts there and goes back
+                    Side::Backward => Edge {
+                        from: j,
+                        to: i,
+                        push: BoxMove {
+                            from: problem.board.neighbour(m.from, m.dir as usize),
+                            dir: opposite(m.dir as usize) as u8,
+                        },
+                    },
+                })
+            })
+            .collect();
+        es.par_sort_unstable_by_key(|e| (e.from, e.to));
+        edges[d.min(from)] = es;
         count += layers[d].len() as u64;
         if count > max_states {
             return Ok(Err(count));
@@ -139,26 +201,27 @@ fn optimal_layers<K: StateKey>(
     if let Some(d) = layers.iter().position(|l| l.is_empty()) {
         return Err(EngineError::Internal(format!("moves pass: no push-optimal state at depth {d}")));
     }
-    Ok(Ok(layers))
+    Ok(Ok((layers, edges)))
 }
 
-/// Every move of `side` from `keys` that the search's state prunings keep,
-/// sorted and deduplicated.
-fn neighbours<K: StateKey>(problem: &Problem<K>, side: Side, keys: &[K]) -> Vec<K> {
-    let mut out: Vec<K> = keys
+/// Every move of `side` from `keys` (the layer's from index `first` on)
+/// that the search's state prunings keep: the key it leads to, the index of
+/// the key it leaves, the move; sorted.
+fn neighbours<K: StateKey>(problem: &Problem<K>, side: Side, keys: &[K], first: u32) -> Vec<(K, u32, BoxMove)> {
+    let mut out: Vec<(K, u32, BoxMove)> = keys
         .par_iter()
+        .enumerate()
         .map_init(
             || (Scratch::new(&problem.board), [0; EXCESS_BINS]),
-            |(sc, excess), k| {
+            |(sc, excess), (i, k)| {
                 let mut v = Vec::new();
-                problem.expand(side, k, sc, 0, excess, |n, _| v.push(n));
+                problem.expand(side, k, sc, 0, excess, |n, m| v.push((n, first + i as u32, m)));
                 v
             },
         )
         .flatten_iter()
         .collect();
-    out.par_sort_unstable();
-    out.dedup();
+    out.par_sort_unstable_by_key(|c| (c.0, c.1));
     out
 }
 
@@ -212,20 +275,11 @@ struct Work {
     queue: Vec<u16>,
     /// Walk distances from each label of the current state.
     dists: Vec<Vec<u32>>,
-    pushes: Vec<(u32, BoxMove)>,
-    excess: Excess,
 }
 
 impl Work {
     fn new(problem_board: &crate::model::board::Board) -> Self {
-        Work {
-            sc: Scratch::new(problem_board),
-            boxes: Vec::new(),
-            queue: Vec::new(),
-            dists: Vec::new(),
-            pushes: Vec::new(),
-            excess: [0; EXCESS_BINS],
-        }
+        Work { sc: Scratch::new(problem_board), boxes: Vec::new(), queue: Vec::new(), dists: Vec::new() }
     }
 }
 
@@ -234,6 +288,7 @@ impl Work {
 fn cheapest_path<K: StateKey>(
     problem: &Problem<K>,
     layers: &[Vec<K>],
+    edges: &[Vec<Edge>],
     cancel: &AtomicBool,
 ) -> Result<(Vec<BoxMove>, u64), EngineError> {
     let board = &problem.board;
@@ -245,25 +300,21 @@ fn cheapest_path<K: StateKey>(
         if cancel.load(Ordering::Relaxed) {
             return Err(EngineError::Cancelled);
         }
-        let (here, next) = (&layers[d], &layers[d + 1]);
+        let (here, out_edges) = (&layers[d], &edges[d]);
         let cur = &labels[d];
-        // the labels of one state are adjacent: its pushes are generated once
-        // (each needs the player normalized), its walks once per label
+        // the labels of one state are adjacent: its pushes are looked up
+        // once, its walks found once per label
         let groups: Vec<(usize, usize)> = group_bounds(cur);
         let mut cands: Vec<Label> = groups
             .par_iter()
             .map_init(
                 || Work::new(board),
                 |w, &(lo, hi)| {
-                    let key = &here[cur[lo].state as usize];
-                    problem.decode(key, &mut w.boxes);
-                    w.pushes.clear();
-                    let pushes = &mut w.pushes;
-                    problem.expand(Side::Forward, key, &mut w.sc, 0, &mut w.excess, |after, m| {
-                        if let Ok(state) = next.binary_search(&after) {
-                            pushes.push((state as u32, m));
-                        }
-                    });
+                    let state = cur[lo].state;
+                    problem.decode(&here[state as usize], &mut w.boxes);
+                    let first = out_edges.partition_point(|e| e.from < state);
+                    let end = out_edges.partition_point(|e| e.from <= state);
+                    let pushes = &out_edges[first..end];
                     let group = &cur[lo..hi];
                     w.dists.resize_with(group.len(), Vec::new);
                     for (l, dist) in group.iter().zip(w.dists.iter_mut()) {
@@ -279,11 +330,11 @@ fn cheapest_path<K: StateKey>(
                         if dominated {
                             continue;
                         }
-                        for &(state, m) in w.pushes.iter() {
-                            let behind = board.neighbour(m.from, opposite(m.dir as usize));
+                        for e in pushes {
+                            let behind = board.neighbour(e.push.from, opposite(e.push.dir as usize));
                             let walk = w.dists[i][behind as usize];
                             if walk < u32::MAX - 1 {
-                                out.push(Label { state, moves: l.moves + walk + 1, player: m.from });
+                                out.push(Label { state: e.to, moves: l.moves + walk + 1, player: e.push.from });
                             }
                         }
                     }

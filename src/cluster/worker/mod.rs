@@ -415,7 +415,8 @@ impl Worker for WorkerService {
         let r = req.into_inner();
         let side = side_of(r.side)?;
         let j = self.job(r.job_id)?;
-        let found = j.lookup(side, r.layer as usize, &r.keys)?;
+        // a batch of lookups is store reads: on rayon, not in the async task
+        let found = run_cpu(move || j.lookup(side, r.layer as usize, &r.keys)).await??;
         Ok(Response::new(LookupReply { found }))
     }
 
