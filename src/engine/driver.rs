@@ -298,8 +298,8 @@ fn search<K: StateKey, D: Deployment>(
                 // layers without move pruning serve the moves pass as they are
                 if spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals && !pushes.is_empty() {
                     let t0 = Instant::now();
-                    let out = fewest_moves(&problem, backend, forward, backward, MAX_OPTIMAL_STATES, cancel);
-                    let result = record_moves(board, report, out, t0);
+                    let result = moves_pass(&problem, backend, (forward, backward), cancel, report);
+                    report.moves_seconds = t0.elapsed().as_secs_f64();
                     moves_pass_end(report, result);
                 }
                 met = pushes.len();
@@ -313,7 +313,7 @@ fn search<K: StateKey, D: Deployment>(
                 if spec.objective == Objective::PushesMoves && problem.pruning.pi_corrals && met > 0 {
                     let (patterns, tables, lower) = (&patterns, &tables, &lower);
                     let given = MovesSearch { board, spec, patterns, tables, lower, pushes: met };
-                    moves_search::<K, D>(deployment, &given, cancel, progress, report)?;
+                    moves_search::<K, D>(deployment, &given, cancel, progress, report);
                 }
                 return Ok(());
             }
@@ -355,7 +355,7 @@ fn moves_search<K: StateKey, D: Deployment>(
     cancel: &AtomicBool,
     progress: &dyn Progress,
     report: &mut SolveReport,
-) -> Result<(), EngineError> {
+) {
     let (board, pushes) = (given.board, given.pushes);
     let t0 = Instant::now();
     let limit = pushes as u32;
@@ -371,8 +371,7 @@ fn moves_search<K: StateKey, D: Deployment>(
         stats = s;
         match found {
             SearchEnd::Met { forward, backward, .. } if forward + backward == pushes => {
-                let out = fewest_moves(&problem, backend, forward, backward, MAX_OPTIMAL_STATES, cancel);
-                record_moves(board, report, out, t0)
+                moves_pass(&problem, backend, (forward, backward), cancel, report)
             }
             SearchEnd::Cancelled => Err(EngineError::Cancelled),
             SearchEnd::Limit => {
@@ -388,21 +387,23 @@ fn moves_search<K: StateKey, D: Deployment>(
     report.moves_seconds = t0.elapsed().as_secs_f64();
     report.peak_memory_bytes = report.peak_memory_bytes.max(stats.peak_memory_bytes);
     moves_pass_end(report, result);
-    Ok(())
 }
 
 /// Why a stopped moves pass left the moves as they were.
 const STOPPED: &str = "the moves pass was stopped (time limit or cancel) before it was done";
 
-/// Records the moves pass's outcome: the better solution, or why there is none.
-fn record_moves(
-    board: &Board,
+/// Runs the moves pass on layers searched without move pruning that met at
+/// `(forward, backward)`, and records its outcome: the better solution, or
+/// why there is none.
+fn moves_pass<K: StateKey>(
+    problem: &Problem<K>,
+    backend: &mut dyn LayerBackend<K>,
+    (forward, backward): (usize, usize),
+    cancel: &AtomicBool,
     report: &mut SolveReport,
-    out: Result<MovesOutcome, EngineError>,
-    t0: Instant,
 ) -> Result<(), EngineError> {
-    report.moves_seconds = t0.elapsed().as_secs_f64();
-    match out {
+    let board = &problem.board;
+    match fewest_moves(problem, backend, forward, backward, MAX_OPTIMAL_STATES, cancel) {
         Ok(MovesOutcome::Found { pushes, moves, optimal_states }) => {
             report.optimal_states = optimal_states;
             let before = (report.pushes, report.moves, report.solution.clone());

@@ -44,7 +44,6 @@
 
 use super::search::LayerBackend;
 use super::{EngineError, Problem, Side, EXCESS_BINS};
-use crate::model::board::opposite;
 use crate::model::key::StateKey;
 use crate::model::rules::{BoxMove, Scratch};
 use crate::model::solution::walk_distances;
@@ -175,16 +174,7 @@ fn optimal_layers<K: StateKey>(
                 let j = found.binary_search(&key).ok()? as u32;
                 Some(match moves {
                     Side::Forward => Edge { from: i, to: j, push: m },
-                    // the pull dragged the box from `m.from` one step in
-                    // `m.dir`; the push undoing it starts there and goes back
-                    Side::Backward => Edge {
-                        from: j,
-                        to: i,
-                        push: BoxMove {
-                            from: problem.board.neighbour(m.from, m.dir as usize),
-                            dir: opposite(m.dir as usize) as u8,
-                        },
-                    },
+                    Side::Backward => Edge { from: j, to: i, push: m.undoing_pull(&problem.board) },
                 })
             })
             .collect();
@@ -269,18 +259,12 @@ fn group_bounds(labels: &[Label]) -> Vec<(usize, usize)> {
 }
 
 /// Per-thread buffers of the labelling.
+#[derive(Default)]
 struct Work {
-    sc: Scratch,
     boxes: Vec<u16>,
     queue: Vec<u16>,
     /// Walk distances from each label of the current state.
     dists: Vec<Vec<u32>>,
-}
-
-impl Work {
-    fn new(problem_board: &crate::model::board::Board) -> Self {
-        Work { sc: Scratch::new(problem_board), boxes: Vec::new(), queue: Vec::new(), dists: Vec::new() }
-    }
 }
 
 /// The fewest-moves path through `layers` from the start (player on its
@@ -307,40 +291,36 @@ fn cheapest_path<K: StateKey>(
         let groups: Vec<(usize, usize)> = group_bounds(cur);
         let mut cands: Vec<Label> = groups
             .par_iter()
-            .map_init(
-                || Work::new(board),
-                |w, &(lo, hi)| {
-                    let state = cur[lo].state;
-                    problem.decode(&here[state as usize], &mut w.boxes);
-                    let first = out_edges.partition_point(|e| e.from < state);
-                    let end = out_edges.partition_point(|e| e.from <= state);
-                    let pushes = &out_edges[first..end];
-                    let group = &cur[lo..hi];
-                    w.dists.resize_with(group.len(), Vec::new);
-                    for (l, dist) in group.iter().zip(w.dists.iter_mut()) {
-                        walk_distances(board, &w.boxes, l.player, dist, &mut w.queue);
+            .map_init(Work::default, |w, &(lo, hi)| {
+                let state = cur[lo].state;
+                problem.decode(&here[state as usize], &mut w.boxes);
+                let first = out_edges.partition_point(|e| e.from < state);
+                let end = out_edges.partition_point(|e| e.from <= state);
+                let pushes = &out_edges[first..end];
+                let group = &cur[lo..hi];
+                w.dists.resize_with(group.len(), Vec::new);
+                for (l, dist) in group.iter().zip(w.dists.iter_mut()) {
+                    walk_distances(board, &w.boxes, l.player, dist, &mut w.queue);
+                }
+                let mut out = Vec::new();
+                for (i, l) in group.iter().enumerate() {
+                    // a label another one reaches by walking, no dearer, adds nothing
+                    let dominated = group.iter().enumerate().any(|(j, o)| {
+                        let via = o.moves as u64 + w.dists[j][l.player as usize] as u64;
+                        j != i && (via < l.moves as u64 || (via == l.moves as u64 && j < i))
+                    });
+                    if dominated {
+                        continue;
                     }
-                    let mut out = Vec::new();
-                    for (i, l) in group.iter().enumerate() {
-                        // a label another one reaches by walking, no dearer, adds nothing
-                        let dominated = group.iter().enumerate().any(|(j, o)| {
-                            let via = o.moves as u64 + w.dists[j][l.player as usize] as u64;
-                            j != i && (via < l.moves as u64 || (via == l.moves as u64 && j < i))
-                        });
-                        if dominated {
-                            continue;
-                        }
-                        for e in pushes {
-                            let behind = board.neighbour(e.push.from, opposite(e.push.dir as usize));
-                            let walk = w.dists[i][behind as usize];
-                            if walk < u32::MAX - 1 {
-                                out.push(Label { state: e.to, moves: l.moves + walk + 1, player: e.push.from });
-                            }
+                    for e in pushes {
+                        let walk = w.dists[i][e.push.behind(board) as usize];
+                        if walk < u32::MAX - 1 {
+                            out.push(Label { state: e.to, moves: l.moves + walk + 1, player: e.push.from });
                         }
                     }
-                    out
-                },
-            )
+                }
+                out
+            })
             .flatten_iter()
             .collect();
         // the cheapest label per (state, square)
@@ -358,37 +338,26 @@ fn cheapest_path<K: StateKey>(
         .min_by_key(|(i, l)| (l.moves, *i))
         .map(|(i, l)| (i, l.moves))
         .expect("a non-empty last layer");
-    // back to the start: the label of the previous depth whose moves plus
-    // the walk and the push give this label's moves
-    let mut w = Work::new(board);
+    // back to the start along the recorded pushes: the label of the
+    // previous depth whose moves plus the walk and the push give this
+    // label's moves (the player ends a push where the box stood)
+    let mut w = Work::default();
     let mut dist = Vec::new();
     let mut pushes = Vec::with_capacity(layers.len() - 1);
     for d in (1..labels.len()).rev() {
         let l = labels[d][at];
-        let mut preds: Vec<(K, BoxMove)> = Vec::new();
-        problem.expand_unpruned(Side::Backward, &layers[d][l.state as usize], &mut w.sc, |k, m| preds.push((k, m)));
         let mut found = None;
-        for (key, pull) in preds {
-            // the push undoing this pull; the player ends where the box stood
-            let push =
-                BoxMove { from: board.neighbour(pull.from, pull.dir as usize), dir: opposite(pull.dir as usize) as u8 };
-            if push.from != l.player {
-                continue;
-            }
-            let Ok(state) = layers[d - 1].binary_search(&key) else { continue };
+        for e in edges[d - 1].iter().filter(|e| e.to == l.state && e.push.from == l.player) {
             let prev = &labels[d - 1];
-            let lo = prev.partition_point(|p| p.state < state as u32);
-            let hi = prev.partition_point(|p| p.state <= state as u32);
-            if lo == hi {
-                continue;
-            }
-            problem.decode(&key, &mut w.boxes);
-            let behind = board.neighbour(push.from, opposite(push.dir as usize));
+            let lo = prev.partition_point(|p| p.state < e.from);
+            let hi = prev.partition_point(|p| p.state <= e.from);
+            problem.decode(&layers[d - 1][e.from as usize], &mut w.boxes);
+            let behind = e.push.behind(board);
             for (j, p) in prev.iter().enumerate().take(hi).skip(lo) {
                 walk_distances(board, &w.boxes, p.player, &mut dist, &mut w.queue);
                 let walk = dist[behind as usize];
                 if walk < u32::MAX - 1 && p.moves + walk + 1 == l.moves && found.is_none_or(|(f, _)| j < f) {
-                    found = Some((j, push));
+                    found = Some((j, e.push));
                 }
             }
         }

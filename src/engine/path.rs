@@ -4,7 +4,6 @@
 
 use super::search::LayerBackend;
 use super::{EngineError, Problem, Side};
-use crate::model::board::opposite;
 use crate::model::key::StateKey;
 use crate::model::rules::{BoxMove, Scratch};
 
@@ -28,10 +27,7 @@ pub fn rebuild<K: StateKey>(
             .first_in_layer(Side::Forward, layer, &keys)?
             .ok_or_else(|| EngineError::Internal(format!("path rebuild: no predecessor in forward layer {layer}")))?;
         let (prev, pull) = cands[i];
-        // the pull dragged the box from `pull.from` one step in `pull.dir`; the push
-        // that undoes it starts there and goes the other way
-        let at = problem.board.neighbour(pull.from, pull.dir as usize);
-        head.push(BoxMove { from: at, dir: opposite(pull.dir as usize) as u8 });
+        head.push(pull.undoing_pull(&problem.board));
         cur = prev;
     }
     head.reverse();

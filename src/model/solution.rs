@@ -1,7 +1,7 @@
 //! Solutions: turning a push sequence into LURD (shortest player walks), and
 //! replaying a LURD string on a level to verify it.
 
-use super::board::{opposite, Board, DIRS, NONE, PUSH_LETTERS, WALK_LETTERS};
+use super::board::{Board, DIRS, NONE, PUSH_LETTERS, WALK_LETTERS};
 use super::level::Level;
 use super::rules::BoxMove;
 use serde::Serialize;
@@ -22,7 +22,7 @@ pub fn pushes_to_lurd(board: &Board, pushes: &[BoxMove]) -> Option<String> {
     for m in pushes {
         let d = m.dir as usize;
         let to = board.neighbour(m.from, d);
-        let behind = board.neighbour(m.from, opposite(d));
+        let behind = m.behind(board);
         if !occ[m.from as usize] || to == NONE || behind == NONE || occ[to as usize] {
             return None;
         }

@@ -106,11 +106,7 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
     c.areas.clear();
     c.fences.clear();
     for f in boxes.iter().flat_map(|&b| (0..DIRS).map(move |d| board.neighbour(b, d))) {
-        if f == NONE
-            || sc.occ[f as usize]
-            || reach.has(f)
-            || c.mark[f as usize] >= c.first
-        {
+        if f == NONE || sc.occ[f as usize] || reach.has(f) || c.mark[f as usize] >= c.first {
             continue;
         }
         c.stamp += 1;

@@ -20,7 +20,6 @@ mod moves;
 mod reach;
 
 use corral::*;
-use reach::Reach;
 #[allow(unused_imports)]
 use freeze::*;
 pub use freeze::{pull_freeze_deadlock, push_freeze_deadlock};
@@ -28,6 +27,7 @@ use matching::*;
 #[allow(unused_imports)]
 use moves::*;
 pub use moves::{for_each_pull, for_each_pull_kept, for_each_push, for_each_push_kept, moved_boxes};
+use reach::Reach;
 pub use reach::{normalize_player, Scratch};
 
 /// One push (forward) or pull (backward): the box moved from `from` one step in `dir`.
@@ -35,6 +35,19 @@ pub use reach::{normalize_player, Scratch};
 pub struct BoxMove {
     pub from: u16,
     pub dir: u8,
+}
+
+impl BoxMove {
+    /// The square the player stands on to make this push.
+    pub fn behind(self, board: &Board) -> u16 {
+        board.neighbour(self.from, opposite(self.dir as usize))
+    }
+
+    /// The push that undoes this pull: the pull dragged the box from `from`
+    /// one step in `dir`, the push starts there and goes back.
+    pub fn undoing_pull(self, board: &Board) -> BoxMove {
+        BoxMove { from: board.neighbour(self.from, self.dir as usize), dir: opposite(self.dir as usize) as u8 }
+    }
 }
 
 /// Which cheap, rule-level prunings to apply while generating.
@@ -304,7 +317,12 @@ mod tests {
                     (normal, found, best)
                 };
                 let got = run(&bits, &mut sb);
-                assert_eq!(got, run(&plain, &mut sp), "{}boxes {set:?}, player {player}", bits.draw(&set, Some(player)));
+                assert_eq!(
+                    got,
+                    run(&plain, &mut sp),
+                    "{}boxes {set:?}, player {player}",
+                    bits.draw(&set, Some(player))
+                );
                 with_corral += got.1 as usize;
                 restricted += (got.1 && !got.2.is_empty()) as usize;
             }
