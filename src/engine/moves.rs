@@ -235,7 +235,7 @@ fn keep_in_layer<K: StateKey>(
 
 /// A (state, player square) pair of one depth and the fewest moves that
 /// reach it. Twelve bytes: the pass keeps every depth's labels, and finds
-/// the path back by regenerating predecessors rather than storing parents.
+/// the path back along the recorded pushes rather than storing parents.
 #[derive(Clone, Copy)]
 struct Label {
     /// Index of the state in its `OPT` layer.
