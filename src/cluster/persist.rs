@@ -94,4 +94,28 @@ mod tests {
         std::fs::write(&p, &b).unwrap();
         assert!(matches!(read::<Vec<u32>>(&p, b"TESTTEST", 1), Err(ClusterError::DataLoss(_))));
     }
+
+    /// A job's seconds came back from the job log one unit in the last place
+    /// off (serde_json's default float parsing is not exact), so a restarted
+    /// coordinator showed a job's rate differing in its last digit. Every
+    /// float must come back bit for bit.
+    #[test]
+    fn floats_in_a_durable_file_come_back_bit_for_bit() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        // seconds as a solve measures them: many digits, all sizes
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let values: Vec<f64> = (0..20_000)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi(i % 12 - 3)
+            })
+            .collect();
+        write(&p, b"TESTTEST", 1, &values).unwrap();
+        let back = read::<Vec<f64>>(&p, b"TESTTEST", 1).unwrap().unwrap();
+        let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&back), bits(&values));
+    }
 }
