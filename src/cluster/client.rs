@@ -66,6 +66,7 @@ pub struct WorkerView {
     pub keys_sent: u64,
     pub bytes_sent: u64,
     pub keys_local: u64,
+    pub spilled_keys: u64,
     pub seconds_since_heartbeat: f64,
 }
 
@@ -362,6 +363,7 @@ impl Client {
                     keys_sent: s.keys_sent,
                     bytes_sent: s.bytes_sent,
                     keys_local: s.keys_local,
+                    spilled_keys: s.spilled_keys,
                     seconds_since_heartbeat: w.seconds_since_heartbeat,
                 }
             })

@@ -329,6 +329,63 @@ fn workers_over_their_memory_budget_spill_to_disk_and_agree_with_local_mode() {
     }
 }
 
+/// Peak resident memory (VmHWM) of a running child, in bytes.
+fn peak_rss(p: &Proc) -> u64 {
+    let pid = p.child.as_ref().expect("the worker runs").id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// Before: successors from other workers waited for the merge in RAM, so a
+/// worker's `--mem` bounded its stored layers but not its incoming batches;
+/// under 1 MiB this job's workers peaked 25 to 29 MiB above their idle size.
+#[test]
+fn incoming_successors_many_times_a_workers_budget_spill_and_peak_rss_stays_bounded() {
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::start(&["--min-workers", "2", "--http", &http], &[]);
+    const MEM: u64 = 1 << 20;
+    c.start_worker_with(0, "1MiB");
+    c.start_worker_with(1, "1MiB");
+    c.wait_workers(2);
+    let idle: Vec<u64> = c.workers.iter().map(peak_rss).collect();
+    let file = repo(MICROBAN);
+    // the plain search of #144: 5.4 M states, its largest layer 1.4 M
+    let args = ["--no-bound", "--objective", "pushes"];
+    let mut submit = vec!["submit", file.to_str().unwrap(), "--level", "144", "--json"];
+    submit.extend_from_slice(&args);
+    let o = c.cli(&submit);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let local = &local_solve(&file, "144-144", &args)[0];
+    for field in ["pushes", "states", "solution"] {
+        assert_eq!(got[field], local[field], "{field}");
+    }
+    // the largest layer's new states alone, spread over the two workers, are
+    // several times a worker's budget (its candidates are more still)
+    let (_, body) = http_get(&http, &format!("/status.json?token={TOKEN}"));
+    let st: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let j = &st["jobs"][0];
+    let sizes = j["forward"].as_array().unwrap().iter().chain(j["backward"].as_array().unwrap());
+    let largest = sizes.map(|v| v.as_u64().unwrap()).max().unwrap();
+    assert!(largest * 8 / 2 >= 5 * MEM, "largest layer {largest} states");
+    for w in c.status()["workers"].as_array().unwrap() {
+        assert!(w["spilled_keys"].as_u64().unwrap() > 0, "no successors spilled under 1 MiB: {w}");
+    }
+    // peak RSS within the budget plus the worker's fixed overhead (about 10
+    // MiB measured: HTTP/2 windows, send queues, shard write buffers, allocator
+    // slack; docs/cluster.md)
+    for (i, w) in c.workers.iter().enumerate() {
+        let (before, peak) = (idle[i], peak_rss(w));
+        assert!(
+            peak <= before + MEM + (16 << 20),
+            "worker {i}: peak RSS {} MiB, idle {} MiB, budget 1 MiB",
+            peak >> 20,
+            before >> 20
+        );
+    }
+}
+
 #[test]
 fn cluster_handles_wide_keys() {
     // 20 boxes on a 10x10 floor: the rank needs a u128 key; one push solves it

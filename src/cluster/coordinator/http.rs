@@ -82,6 +82,7 @@ fn status_json(sh: &Shared) -> serde_json::Value {
                 "peak_rss_bytes": w.stats.peak_rss_bytes,
                 "store_memory_bytes": w.stats.store_memory_bytes,
                 "disk_bytes": w.stats.store_disk_bytes,
+                "spilled_keys": w.stats.spilled_keys,
             })
         })
         .collect();
@@ -139,6 +140,9 @@ const WORKER_FIGURES: &[Figure<WorkerEntry>] = &[
     }),
     ("sokoshard_worker_disk_bytes", "gauge", "Bytes of a worker's state store on disk.", |w| {
         w.stats.store_disk_bytes as f64
+    }),
+    ("sokoshard_worker_spilled_keys_total", "counter", "Successor keys a worker spilled to disk.", |w| {
+        w.stats.spilled_keys as f64
     }),
     ("sokoshard_worker_bytes_sent_total", "counter", "Successor bytes a worker sent to other workers.", |w| {
         w.stats.bytes_sent as f64

@@ -1,7 +1,7 @@
 //! One job on one worker: the problem, the partitions this worker owns (their
 //! layers in a durable [`DiskStore`], which is also the checkpoint: every sealed
 //! layer's shard files plus a manifest in the data dir, written once), delivered
-//! successors in a [`LocalExchange`], and the step fence. Generic over the key type; [`WorkerJob`] is the
+//! successors in a [`SpillExchange`] within the worker's budget, and the step fence. Generic over the key type; [`WorkerJob`] is the
 //! key-free face the gRPC service talks to. Every method here may compute: the
 //! service calls the heavy ones through `run_cpu`.
 
@@ -10,7 +10,7 @@ use super::super::proto::{ExpandReply, KeyBatch, MergeReply, SealReply};
 use super::super::{ClusterError, MOVES_PHASE};
 use crate::engine::kpg::DeadlockTables;
 use crate::engine::layer::{common_keys, expand, merge};
-use crate::engine::partition::{Exchange, LocalExchange, PartitionStore, Partitioner, StoreBytes};
+use crate::engine::partition::{Exchange, PartitionStore, Partitioner, StoreBytes};
 use crate::engine::{Bound, PatternCheck, Problem, SeamError, Side};
 use crate::model::board::Board;
 use crate::model::bounds::LowerBounds;
@@ -18,13 +18,13 @@ use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
 use crate::storage::budget::MemoryBudget;
-use crate::storage::disk::{DiskOptions, DiskStore};
+use crate::storage::disk::{DiskOptions, DiskStore, DiskUsage};
+use crate::storage::spill::SpillExchange;
 use crate::storage::{kdb, StorageError};
 use prost::Message;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Who owns which partition: `owners[p]` indexes `nodes` and `addresses`.
@@ -66,8 +66,11 @@ pub struct JobSpec {
 /// A bounded, failure-aware queue of batches to one peer's `Deliver` stream.
 pub struct PeerSink {
     pub tx: mpsc::Sender<KeyBatch>,
-    /// Raised by the stream's task when the RPC failed.
+    /// Raised by the stream's task when the RPC failed, and its event.
     pub failed: Arc<AtomicBool>,
+    pub failed_event: Arc<tokio::sync::Notify>,
+    /// The runtime the stream's task runs on (a full queue is waited for on it).
+    pub runtime: tokio::runtime::Handle,
     pub addr: String,
 }
 
@@ -91,6 +94,8 @@ pub trait WorkerJob: Send + Sync {
     fn set_addresses(&self, addresses: Vec<String>);
     fn owned(&self) -> usize;
     fn bytes(&self) -> StoreBytes;
+    /// Successor keys this job's exchange has written to disk so far.
+    fn spilled_keys(&self) -> u64;
     /// Enters step `step` (fencing); returns the step's cancel flag.
     fn enter(&self, step: u64) -> Result<Arc<AtomicBool>, ClusterError>;
     fn seed(&self, side: Side, keys: &[u8]) -> Result<u64, ClusterError>;
@@ -189,7 +194,10 @@ struct TypedJob<K: StateKey> {
     /// budget lasts) and a manifest at every seal, so a restarted worker
     /// reopens it at the coordinator's last complete layer.
     store: Box<dyn PartitionStore<K>>,
-    exchange: LocalExchange<K>,
+    /// Successors for the owned partitions, from this worker's expansion and
+    /// from its peers, until the merge: within a quarter of the budget in RAM,
+    /// the rest as sorted runs in `dir/x` (scratch, not part of the checkpoint).
+    exchange: SpillExchange<K>,
     step: Mutex<StepState>,
 }
 
@@ -231,6 +239,20 @@ impl<K: StateKey> TypedJob<K> {
             })?
         };
         let store: Box<dyn PartitionStore<K>> = Box::new(store);
+        // successors waiting for a merge are never checkpointed: runs an
+        // earlier process left behind are void
+        let runs = dir.join("x");
+        if runs.exists() {
+            std::fs::remove_dir_all(&runs).map_err(|e| ClusterError::io(format!("clearing {}", runs.display()), e))?;
+        }
+        let exchange = SpillExchange::create(
+            &runs,
+            parts,
+            budget.exchange_bytes(),
+            budget.route_batch(parts),
+            budget.merge_chunk_keys(),
+            Arc::new(DiskUsage::default()),
+        )?;
         Ok(TypedJob {
             id: spec.job_id,
             phase: spec.phase,
@@ -241,7 +263,7 @@ impl<K: StateKey> TypedJob<K> {
             node_id: spec.node_id,
             mine,
             store,
-            exchange: LocalExchange::new(parts),
+            exchange,
             step: Mutex::new(StepState { id: 0, cancel: Arc::new(AtomicBool::new(false)) }),
         })
     }
@@ -307,7 +329,11 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
     fn bytes(&self) -> StoreBytes {
         let mut b = self.store.bytes();
         b.memory += self.exchange.buffered_bytes();
+        b.disk += self.exchange.run_bytes();
         b
+    }
+    fn spilled_keys(&self) -> u64 {
+        self.exchange.spilled_keys()
     }
 
     fn enter(&self, step: u64) -> Result<Arc<AtomicBool>, ClusterError> {
@@ -368,7 +394,7 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
             )));
         }
         let counters = SendCounters::default();
-        let ex = RemoteExchange { job: self, owners: self.owners(), step, sinks, cancel, counters: &counters };
+        let ex = RemoteExchange { job: self, owners: self.owners(), step, sinks, counters: &counters };
         let stats = expand(&self.problem, side, layer, &self.mine, self.partitioner, &*self.store, &ex, cancel)?;
         drop(ex); // closes the streams to the peers
         Ok(ExpandReply {
@@ -497,7 +523,6 @@ struct RemoteExchange<'a, K: StateKey> {
     owners: Vec<u32>,
     step: u64,
     sinks: Vec<Option<PeerSink>>,
-    cancel: &'a AtomicBool,
     counters: &'a SendCounters,
 }
 
@@ -516,27 +541,23 @@ impl<K: StateKey> Exchange<K> for RemoteExchange<'_, K> {
             return Err(peer_gone(&format!("node #{owner}"), "no stream to the partition's owner"));
         };
         let (count, data) = encode_batch(&mut batch);
-        let mut msg = KeyBatch { job_id: self.job.id, step: self.step, partition: partition as u32, count, data };
+        let msg = KeyBatch { job_id: self.job.id, step: self.step, partition: partition as u32, count, data };
         self.counters.keys_sent.fetch_add(count as u64, Ordering::Relaxed);
         self.counters.bytes_sent.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
-        let mut wait = Duration::from_micros(50);
-        loop {
-            match sink.tx.try_send(msg) {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::TrySendError::Closed(_)) => return Err(peer_gone(&sink.addr, "the stream closed")),
-                Err(mpsc::error::TrySendError::Full(m)) => {
-                    if sink.failed.load(Ordering::SeqCst) {
-                        return Err(peer_gone(&sink.addr, "the stream failed"));
-                    }
-                    if self.cancel.load(Ordering::Relaxed) {
-                        return Ok(()); // the phase is being dropped anyway
-                    }
-                    msg = m;
-                    std::thread::sleep(wait);
-                    wait = (wait * 2).min(Duration::from_millis(5));
-                }
+        // waits while the peer's queue is full (backpressure), woken by room in
+        // the queue or by the stream's task failing, whichever comes first
+        sink.runtime.block_on(async {
+            let failed = sink.failed_event.notified();
+            tokio::pin!(failed);
+            failed.as_mut().enable();
+            if sink.failed.load(Ordering::SeqCst) {
+                return Err(peer_gone(&sink.addr, "the stream failed"));
             }
-        }
+            tokio::select! {
+                sent = sink.tx.send(msg) => sent.map_err(|_| peer_gone(&sink.addr, "the stream closed")),
+                _ = failed => Err(peer_gone(&sink.addr, "the stream failed")),
+            }
+        })
     }
     fn take(&self, partition: usize) -> Result<Vec<K>, SeamError> {
         self.job.exchange.take(partition)
@@ -546,5 +567,8 @@ impl<K: StateKey> Exchange<K> for RemoteExchange<'_, K> {
     }
     fn buffered_bytes(&self) -> u64 {
         self.job.exchange.buffered_bytes()
+    }
+    fn route_batch(&self) -> usize {
+        self.job.exchange.route_batch()
     }
 }

@@ -54,6 +54,8 @@ struct State {
     keys_sent: AtomicU64,
     bytes_sent: AtomicU64,
     keys_local: AtomicU64,
+    /// Successor keys spilled by the jobs this worker held before its current one.
+    spilled_before: AtomicU64,
 }
 
 /// The worker's gRPC service.
@@ -111,12 +113,25 @@ impl WorkerService {
                 keys_sent: AtomicU64::new(0),
                 bytes_sent: AtomicU64::new(0),
                 keys_local: AtomicU64::new(0),
+                spilled_before: AtomicU64::new(0),
             }),
         }
     }
 
     pub fn incarnation(&self) -> u64 {
         self.st.incarnation
+    }
+
+    /// Puts `new` in place of the held job (if `id` is given, only if the held
+    /// job is that one), keeping the old job's spill count.
+    fn replace_job(&self, new: Option<Arc<dyn WorkerJob>>, id: Option<u64>) {
+        let mut g = self.st.job.lock().unwrap_or_else(|e| e.into_inner());
+        if id.is_some_and(|id| g.as_ref().is_some_and(|j| j.id() != id)) {
+            return;
+        }
+        if let Some(old) = std::mem::replace(&mut *g, new) {
+            self.st.spilled_before.fetch_add(old.spilled_keys(), Ordering::Relaxed);
+        }
     }
 
     fn job(&self, id: u64) -> Result<Arc<dyn WorkerJob>, ClusterError> {
@@ -136,7 +151,9 @@ impl WorkerService {
     /// This worker's numbers, for heartbeats.
     pub fn stats(&self) -> WorkerStats {
         let job = self.st.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let (b, parts) = job.map_or((Default::default(), 0), |j| (j.bytes(), j.owned() as u32));
+        let (b, parts, spilled) =
+            job.map_or((Default::default(), 0, 0), |j| (j.bytes(), j.owned() as u32, j.spilled_keys()));
+        let spilled = spilled + self.st.spilled_before.load(Ordering::Relaxed);
         WorkerStats {
             rss_bytes: rss_bytes(),
             peak_rss_bytes: peak_rss_bytes(),
@@ -146,6 +163,7 @@ impl WorkerService {
             keys_sent: self.st.keys_sent.load(Ordering::Relaxed),
             bytes_sent: self.st.bytes_sent.load(Ordering::Relaxed),
             keys_local: self.st.keys_local.load(Ordering::Relaxed),
+            spilled_keys: spilled,
         }
     }
 
@@ -173,6 +191,12 @@ impl WorkerService {
             "gauge",
             "Bytes of the job's state store on disk (spilled and checkpointed).",
             s.store_disk_bytes as f64,
+        );
+        m.one(
+            "sokoshard_worker_spilled_keys_total",
+            "counter",
+            "Successor keys written to disk to wait for their merge (over the budget's share).",
+            s.spilled_keys as f64,
         );
         m.one("sokoshard_worker_partitions", "gauge", "Partitions of the job this worker owns.", s.partitions as f64);
         m.one(
@@ -284,7 +308,7 @@ impl Worker for WorkerService {
             }
             j.abort();
         }
-        *self.st.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.replace_job(None, None);
         let spec = JobSpec {
             job_id: r.job_id,
             level_text: r.level_text,
@@ -305,7 +329,7 @@ impl Worker for WorkerService {
         let j = run_cpu(move || open_job(spec)).await??;
         tracing::info!(job = r.job_id, phase = %phase, forward = want[0], backward = want[1], partitions = j.owned(), "job loaded");
         let reply = LoadReply { limbs: j.limbs(), forward_layers: want[0] as u32, backward_layers: want[1] as u32 };
-        *self.st.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(j);
+        self.replace_job(Some(j), None);
         Ok(Response::new(reply))
     }
 
@@ -333,20 +357,28 @@ impl Worker for WorkerService {
             }
             let (tx, rx) = mpsc::channel::<KeyBatch>(SEND_QUEUE);
             let failed = Arc::new(AtomicBool::new(false));
+            let failed_event = Arc::new(tokio::sync::Notify::new());
             let mut client = self.st.clients.get(addr)?;
-            let (f, a) = (failed.clone(), addr.clone());
+            let (f, fe, a) = (failed.clone(), failed_event.clone(), addr.clone());
             tasks.push((
                 addr.clone(),
                 tokio::spawn(async move {
                     let res = client.deliver(ReceiverStream::new(rx)).await;
                     if let Err(e) = &res {
                         f.store(true, Ordering::SeqCst);
+                        fe.notify_waiters();
                         tracing::warn!(peer = %a, error = %e, "successor stream failed");
                     }
                     res
                 }),
             ));
-            sinks.push(Some(PeerSink { tx, failed, addr: addr.clone() }));
+            sinks.push(Some(PeerSink {
+                tx,
+                failed,
+                failed_event,
+                runtime: tokio::runtime::Handle::current(),
+                addr: addr.clone(),
+            }));
         }
         let jj = j.clone();
         let layer = r.layer as usize;
@@ -382,7 +414,12 @@ impl Worker for WorkerService {
         let (mut batches, mut keys) = (0u64, 0u64);
         while let Some(b) = stream.message().await? {
             let j = self.job(b.job_id)?;
-            keys += j.deliver(&b)?;
+            // off the async threads: a batch over the exchange's share writes a
+            // run file; not on rayon, whose threads may be waiting to send to
+            // this very worker
+            keys += tokio::task::spawn_blocking(move || j.deliver(&b))
+                .await
+                .map_err(|e| ClusterError::Internal(format!("delivery: {e}")))??;
             batches += 1;
         }
         Ok(Response::new(DeliverReply { batches, keys }))
@@ -431,12 +468,7 @@ impl Worker for WorkerService {
 
     async fn unload(&self, req: Request<UnloadRequest>) -> R<UnloadReply> {
         let id = req.get_ref().job_id;
-        {
-            let mut g = self.st.job.lock().unwrap_or_else(|e| e.into_inner());
-            if g.as_ref().is_some_and(|j| j.id() == id) {
-                *g = None;
-            }
-        }
+        self.replace_job(None, Some(id));
         let dir = self.st.data_dir.join("jobs").join(id.to_string());
         if dir.exists() {
             run_cpu(move || std::fs::remove_dir_all(&dir))
