@@ -84,6 +84,10 @@ pub struct CoordinatorArgs {
     /// Seconds a job waits for a lost worker to come back before it fails.
     #[arg(long, default_value_t = 600.0)]
     pub resume_timeout: f64,
+    /// Seconds after which a spare worker (alive, outside the job) takes over a
+    /// lost worker's partitions, rebuilding their layers from the others'.
+    #[arg(long, default_value_t = 120.0)]
+    pub replace_after: f64,
     /// Workers a new job waits for before its partitions are assigned.
     #[arg(long, default_value_t = 1)]
     pub min_workers: usize,
@@ -205,7 +209,10 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
-    anyhow::ensure!(a.heartbeat_timeout > 0.0 && a.resume_timeout > 0.0, "timeouts must be positive");
+    anyhow::ensure!(
+        a.heartbeat_timeout > 0.0 && a.resume_timeout > 0.0 && a.replace_after >= 0.0,
+        "timeouts must be positive"
+    );
     let cfg = CoordinatorConfig {
         listen: a.listen,
         http: a.http,
@@ -214,6 +221,7 @@ pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
         heartbeat: Duration::from_millis(a.heartbeat_ms.max(50)),
         heartbeat_timeout: Duration::from_secs_f64(a.heartbeat_timeout),
         resume_timeout: Duration::from_secs_f64(a.resume_timeout),
+        replace_after: Duration::from_secs_f64(a.replace_after),
         min_workers: a.min_workers,
         layer_delay: Duration::from_millis(a.layer_delay_ms),
     };

@@ -77,6 +77,13 @@ pub struct ClusterBackend<'a, K: StateKey> {
     pub(super) step_id: u64,
     /// A worker failed or is missing: the next load is a resume.
     pub(super) paused: bool,
+    /// Nodes whose partitions must be rebuilt (they came back without their
+    /// data, or a spare took a lost node's place): loaded empty, then filled
+    /// from the others' layers ([`ClusterBackend::rebuild_lost`]).
+    pub(super) rebuild: Vec<bool>,
+    /// Each side's seed keys, as the search handed them over (a rebuild
+    /// starts from them).
+    pub(super) seeds: [Option<Vec<K>>; 2],
     pub(super) _key: PhantomData<K>,
 }
 
@@ -107,6 +114,8 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             layers,
             step_id: 0,
             paused: false,
+            rebuild: Vec::new(),
+            seeds: [None, None],
             _key: PhantomData,
         };
         if b.nodes.is_empty() {
@@ -114,6 +123,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         }
         b.addresses = vec![String::new(); b.nodes.len()];
         b.loaded = vec![0; b.nodes.len()];
+        b.rebuild = vec![false; b.nodes.len()];
         Ok(b)
     }
 
@@ -175,6 +185,9 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     .iter()
                     .map(|&i| format!("{} ({})", self.nodes[i], self.sh.address_of(&self.nodes[i]).unwrap_or_default()))
                     .collect();
+                if since.elapsed() >= self.sh.cfg.replace_after && self.take_spares(&missing, &alive)? {
+                    continue;
+                }
                 if since.elapsed() > self.sh.cfg.resume_timeout {
                     return Err(ClusterError::Unavailable(format!(
                         "worker {} did not come back with its data within {} s; the job cannot resume",
@@ -188,9 +201,11 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 }
                 self.set_message(State::Paused, format!("waiting for lost worker {} to come back", who.join(", ")));
                 self.loaded.iter_mut().for_each(|l| *l = 0);
-                // until a worker comes back (or another change), at most until the resume timeout
-                let left = self.sh.cfg.resume_timeout.saturating_sub(since.elapsed());
-                self.wait_change(seen, left + Duration::from_millis(1));
+                // until a worker comes back (or another change), at most until
+                // a spare may take over or the resume timeout
+                let (replace, resume) = (self.sh.cfg.replace_after, self.sh.cfg.resume_timeout);
+                let next = if since.elapsed() < replace { replace } else { resume };
+                self.wait_change(seen, next.saturating_sub(since.elapsed()) + Duration::from_millis(1));
                 continue;
             }
             let mut changed = false;
@@ -203,6 +218,19 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 }
             }
             if !changed && self.loaded.iter().all(|&l| l != 0) {
+                if self.rebuild.iter().any(|&r| r) {
+                    match self.rebuild_lost() {
+                        Ok(()) => self.rebuild.iter_mut().for_each(|r| *r = false),
+                        Err(e) if e.is_node_fault() => {
+                            tracing::warn!(job = self.id, error = %e, "rebuilding lost partitions failed, retrying");
+                            self.abort_all();
+                            self.loaded.iter_mut().for_each(|l| *l = 0);
+                            self.wait_change(seen, Duration::from_millis(200));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                    continue;
+                }
                 if self.sh.record(self.id).is_some_and(|r| r.state != State::Running) {
                     self.set_message(State::Running, String::new());
                 }
@@ -214,7 +242,10 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             let want = [self.layers[0].len() as u32, self.layers[1].len() as u32];
             let table = self.table();
             let incs: Vec<u64> = self.nodes.iter().map(|n| alive[n].1).collect();
-            let r = self.all("loading the job", |_, c| {
+            let rebuild = self.rebuild.clone();
+            let r = self.all("loading the job", |i, c| {
+                // a node to rebuild starts empty
+                let want = if rebuild[i] { [0, 0] } else { want };
                 let req = LoadRequest {
                     protocol_version: PROTOCOL_VERSION,
                     job_id: rec.id,
@@ -230,10 +261,14 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     pair_penalties: self.phase.bound.is_some_and(|(_, pairs)| pairs),
                 };
                 let mut c = c;
-                async move { c.load(req).await }
+                // the reply or the node's refusal, so that a node without its
+                // data is told apart from the others
+                async move { Ok(tonic::Response::new(c.load(req).await.map(|r| r.into_inner()))) }
             });
+            let r = r.and_then(|replies| self.lost_data(replies));
             match r {
-                Ok(replies) => {
+                Ok(None) => continue, // nodes without their data: load them empty
+                Ok(Some(replies)) => {
                     if let Some(bad) = replies.iter().find(|r| r.limbs != K::LIMBS as u32) {
                         return Err(ClusterError::Internal(format!(
                             "a worker uses {}-limb keys, the coordinator {}",
@@ -437,7 +472,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         let job_id = self.id;
         let s = side_to(side);
         let exp = self.all("expanding", |_, mut c| async move {
-            c.expand(ExpandRequest { job_id, side: s, layer: layer as u32, step }).await
+            c.expand(ExpandRequest { job_id, side: s, layer: layer as u32, step, only: Vec::new() }).await
         })?;
         if exp.iter().any(|e| e.cancelled) {
             if self.stop.load(Ordering::SeqCst) {
@@ -488,6 +523,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
 
 impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
     fn seed(&mut self, side: Side, keys: &[K]) -> Result<u64, EngineError> {
+        self.seeds[side.index()] = Some(keys.to_vec());
         if !self.layers[side.index()].is_empty() {
             // resumed from the job log: the side's layers are on the workers
             return Ok(self.layers[side.index()].iter().sum());

@@ -7,6 +7,7 @@ pub mod backend;
 mod http;
 pub mod job;
 mod lookup;
+mod rebuild;
 pub mod record;
 pub mod tables;
 
@@ -59,6 +60,8 @@ pub struct CoordinatorConfig {
     pub heartbeat_timeout: Duration,
     /// A job whose lost worker stays away this long fails.
     pub resume_timeout: Duration,
+    /// A spare worker takes over a worker lost this long.
+    pub replace_after: Duration,
     /// Workers a new job waits for before it starts.
     pub min_workers: usize,
     /// Test knob: sleep this long after each layer (makes small levels long

@@ -99,6 +99,8 @@ pub trait WorkerJob: Send + Sync {
     /// Enters step `step` (fencing); returns the step's cancel flag.
     fn enter(&self, step: u64) -> Result<Arc<AtomicBool>, ClusterError>;
     fn seed(&self, side: Side, keys: &[u8]) -> Result<u64, ClusterError>;
+    /// Expands `layer` (the last one; with `only`, any completed one, routing
+    /// only successors of the partitions `only` lists: a rebuild of lost ones).
     fn expand(
         &self,
         side: Side,
@@ -106,6 +108,7 @@ pub trait WorkerJob: Send + Sync {
         step: u64,
         cancel: &AtomicBool,
         sinks: Vec<Option<PeerSink>>,
+        only: &[u32],
     ) -> Result<ExpandReply, ClusterError>;
     /// Takes one delivered batch; returns its key count.
     fn deliver(&self, batch: &KeyBatch) -> Result<u64, ClusterError>;
@@ -385,16 +388,30 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         step: u64,
         cancel: &AtomicBool,
         sinks: Vec<Option<PeerSink>>,
+        only: &[u32],
     ) -> Result<ExpandReply, ClusterError> {
         let have = self.store.layers(side);
-        if have == 0 || layer != have - 1 {
+        let rebuild = !only.is_empty();
+        if layer >= have || (!rebuild && layer + 1 != have) {
             return Err(ClusterError::FailedPrecondition(format!(
                 "expand of {} layer {layer}, but this worker holds {have} layers",
                 side.name()
             )));
         }
         let counters = SendCounters::default();
-        let ex = RemoteExchange { job: self, owners: self.owners(), step, sinks, counters: &counters };
+        let owners = self.owners();
+        let routed = if rebuild {
+            let mut routed = vec![false; owners.len()];
+            for &p in only {
+                *routed
+                    .get_mut(p as usize)
+                    .ok_or_else(|| ClusterError::InvalidArgument(format!("partition {p} does not exist")))? = true;
+            }
+            Some(routed)
+        } else {
+            None
+        };
+        let ex = RemoteExchange { job: self, owners, step, sinks, counters: &counters, routed };
         let stats = expand(&self.problem, side, layer, &self.mine, self.partitioner, &*self.store, &ex, cancel)?;
         drop(ex); // closes the streams to the peers
         Ok(ExpandReply {
@@ -524,6 +541,9 @@ struct RemoteExchange<'a, K: StateKey> {
     step: u64,
     sinks: Vec<Option<PeerSink>>,
     counters: &'a SendCounters,
+    /// While rebuilding lost partitions: which partitions' successors to route
+    /// (the others are already stored by their owners and are dropped).
+    routed: Option<Vec<bool>>,
 }
 
 fn peer_gone(addr: &str, why: &str) -> SeamError {
@@ -532,6 +552,9 @@ fn peer_gone(addr: &str, why: &str) -> SeamError {
 
 impl<K: StateKey> Exchange<K> for RemoteExchange<'_, K> {
     fn send(&self, partition: usize, mut batch: Vec<K>) -> Result<(), SeamError> {
+        if self.routed.as_ref().is_some_and(|r| !r[partition]) {
+            return Ok(());
+        }
         let owner = self.owners[partition];
         if owner == self.job.me {
             self.counters.keys_local.fetch_add(batch.len() as u64, Ordering::Relaxed);

@@ -382,7 +382,8 @@ impl Worker for WorkerService {
         }
         let jj = j.clone();
         let layer = r.layer as usize;
-        let res = run_cpu(move || jj.expand(side, layer, r.step, &cancel, sinks)).await;
+        let only = r.only;
+        let res = run_cpu(move || jj.expand(side, layer, r.step, &cancel, sinks, &only)).await;
         for (addr, t) in tasks {
             match t.await {
                 Ok(Ok(_)) => {}
