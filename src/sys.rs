@@ -61,6 +61,33 @@ pub fn release_large_frees() {
     }
 }
 
+/// Flushes every written file and directory entry of the filesystem holding
+/// `path` to disk in one call (Linux `syncfs`), instead of an fsync per file and
+/// per directory. `Ok(false)` where the platform has no such call: the caller
+/// then syncs file by file.
+pub fn sync_filesystem(path: &std::path::Path) -> std::io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(path)?;
+        // SAFETY: syncfs only reads the descriptor, which `f` keeps open until
+        // the call returns.
+        let r = unsafe { libc::syncfs(f.as_raw_fd()) };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(true)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        Ok(false)
+    }
+}
+
+/// Whether [`sync_filesystem`] does its work on this platform.
+pub const SYNC_FILESYSTEM: bool = cfg!(target_os = "linux");
+
 /// Formats a byte count with a binary unit.
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -32,6 +32,9 @@ pub const PROTOCOL_VERSION: u32 = 3;
 /// text is at most [`MAX_LEVEL_TEXT`].
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
+/// The phase name of the level's own search, the one the job log checkpoints.
+pub const MAIN_PHASE: &str = "main";
+
 /// The phase name of the moves pass's search of a level; workers search it
 /// without the PI-corral restriction (which keeps only some push-optimal
 /// solutions).

@@ -209,3 +209,11 @@ impl WorkerClients {
 pub fn rpc_err(what: &str, addr: &str, status: Status) -> ClusterError {
     ClusterError::Rpc { what: what.to_string(), addr: addr.to_string(), status }
 }
+
+/// The connections a gRPC server accepts on `listener`, with Nagle's algorithm
+/// off as on the client side: `serve_with_incoming` ignores the server
+/// builder's `tcp_nodelay`, and a small reply held back until the peer's
+/// delayed ACK cost tens of milliseconds per RPC round, several per layer.
+pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 
-use super::super::MOVES_PHASE;
+use super::super::{MAIN_PHASE, MOVES_PHASE};
 
 /// Which search of a job a backend runs: the level itself ("main", its layers
 /// recorded in the job log), the moves pass's search of the level
@@ -47,14 +47,14 @@ pub struct Phase {
 
 impl Phase {
     pub fn main(tables: Arc<Vec<u8>>, bound: Option<(u32, bool)>) -> Phase {
-        Phase { name: "main".into(), boxes: 0, tables, bound }
+        Phase { name: MAIN_PHASE.into(), boxes: 0, tables, bound }
     }
     /// The moves pass's search of the level, without PI-corrals.
     pub fn moves(tables: Arc<Vec<u8>>, bound: Option<(u32, bool)>) -> Phase {
         Phase { name: MOVES_PHASE.into(), boxes: 0, tables, bound }
     }
     pub(super) fn is_main(&self) -> bool {
-        self.name == "main"
+        self.name == MAIN_PHASE
     }
 }
 
@@ -204,7 +204,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 // until a worker comes back (or another change), at most until
                 // a spare may take over or the resume timeout
                 let (replace, resume) = (self.sh.cfg.replace_after, self.sh.cfg.resume_timeout);
-                let next = if since.elapsed() < replace { replace } else { resume };
+                let next = if since.elapsed() < replace { replace.min(resume) } else { resume };
                 self.wait_change(seen, next.saturating_sub(since.elapsed()) + Duration::from_millis(1));
                 continue;
             }

@@ -695,8 +695,7 @@ pub async fn serve(cfg: CoordinatorConfig) -> Result<(), ClusterError> {
         builder = builder.tls_config(tls)?;
     }
     // one service per node: served directly, no router
-    let server = builder
-        .serve_with_incoming(svc.server(&cfg.net.token), tokio_stream::wrappers::TcpListenerStream::new(listener));
+    let server = builder.serve_with_incoming(svc.server(&cfg.net.token), crate::cluster::net::incoming(listener));
     if let Some(addr) = cfg.http {
         http::spawn(addr, sh.clone()).await?;
     }

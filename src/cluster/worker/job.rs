@@ -7,7 +7,7 @@
 
 use super::super::codec::{decode_batch, encode_batch, keys_from_bytes, keys_to_bytes};
 use super::super::proto::{ExpandReply, KeyBatch, MergeReply, SealReply};
-use super::super::{ClusterError, MOVES_PHASE};
+use super::super::{ClusterError, MAIN_PHASE, MOVES_PHASE};
 use crate::engine::kpg::DeadlockTables;
 use crate::engine::layer::{common_keys, expand, merge};
 use crate::engine::partition::{Exchange, PartitionStore, Partitioner, StoreBytes};
@@ -210,6 +210,17 @@ impl<K: StateKey> TypedJob<K> {
         let partitioner = Partitioner::for_space(parts, &problem.space);
         let mine: Vec<usize> = (0..parts).filter(|&p| spec.table.owners[p] == spec.me).collect();
         let dir = spec.dir.clone();
+        // only the level's search is checkpointed: the coordinator logs its
+        // layers alone (k-games and the moves pass are redone after its
+        // restart), so their layers need not reach disk at every seal; a
+        // worker restarted in one of them has its partitions rebuilt
+        let durable = spec.phase == MAIN_PHASE;
+        if !durable && spec.want != [0, 0] {
+            return Err(ClusterError::DataLoss(format!(
+                "worker {} holds no checkpoint of job {}'s {} search (only the level's search is checkpointed)",
+                spec.node_id, spec.job_id, spec.phase
+            )));
+        }
         if spec.want == [0, 0] && dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| ClusterError::io(format!("clearing {}", dir.display()), e))?;
         }
@@ -222,7 +233,7 @@ impl<K: StateKey> TypedJob<K> {
         };
         let opts = DiskOptions {
             memory_bytes: share,
-            durable: true,
+            durable,
             held: Some(mine.clone()),
             tag: spec.job_id,
             ..DiskOptions::default()

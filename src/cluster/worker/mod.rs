@@ -282,7 +282,7 @@ impl Worker for WorkerService {
             ))
         })? as u32;
         let want = [r.forward_layers as usize, r.backward_layers as usize];
-        let phase = if r.phase.is_empty() { "main".to_string() } else { r.phase.clone() };
+        let phase = if r.phase.is_empty() { super::MAIN_PHASE.to_string() } else { r.phase.clone() };
         if !phase.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') || phase.len() > 64 {
             return Err(ClusterError::InvalidArgument(format!("phase {phase:?}")).into());
         }
@@ -518,10 +518,8 @@ pub async fn serve(cfg: WorkerConfig) -> Result<(), ClusterError> {
         crate::cluster::http::spawn(addr, "metrics", cfg.net.token.clone(), handler).await?;
     }
     // one service per node: served directly, no router
-    let server = builder.serve_with_incoming(
-        svc.clone().server(&cfg.net.token),
-        tokio_stream::wrappers::TcpListenerStream::new(listener),
-    );
+    let server =
+        builder.serve_with_incoming(svc.clone().server(&cfg.net.token), crate::cluster::net::incoming(listener));
     // the heartbeat ends only when the coordinator refuses this worker for good
     tokio::select! {
         r = server => r.map_err(ClusterError::from),
