@@ -94,6 +94,9 @@ pub struct CoordinatorArgs {
     /// Test knob: pause this many milliseconds after every layer.
     #[arg(long, default_value_t = 0, hide = true)]
     pub layer_delay_ms: u64,
+    /// Test knob: pause this many milliseconds after every layer of the moves pass.
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub moves_delay_ms: u64,
 }
 
 #[derive(clap::Args)]
@@ -224,6 +227,7 @@ pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
         replace_after: Duration::from_secs_f64(a.replace_after),
         min_workers: a.min_workers,
         layer_delay: Duration::from_millis(a.layer_delay_ms),
+        moves_delay: Duration::from_millis(a.moves_delay_ms),
     };
     runtime()?.block_on(sokoshard::cluster::coordinator::serve(cfg))?;
     Ok(ExitCode::from(EXIT_OK))

@@ -543,6 +543,37 @@ fn a_fresh_worker_takes_over_a_lost_disk_and_the_job_finishes() {
     assert!(log.contains("a spare worker takes over"), "{}", c.logs());
 }
 
+/// The k-games and the moves pass keep no checkpoint (the job log redoes them
+/// after a coordinator restart), so a worker restarted during the moves pass
+/// comes back without that search's layers: they are rebuilt from the others'.
+#[test]
+fn a_worker_restarted_in_the_moves_pass_gets_its_partitions_rebuilt() {
+    let mut c = Cluster::start(&["--min-workers", "3", "--moves-delay-ms", "300", "--heartbeat-timeout", "1.5"], &[]);
+    for i in 0..3 {
+        c.start_worker(i);
+    }
+    c.wait_workers(3);
+    let id = submit_detached(&c, "3");
+    c.wait_for("the moves pass's search", 60, |st| {
+        let j = job(st, id);
+        j["message"].as_str().is_some_and(|m| m.contains("moves pass's search: backward layer 2"))
+    });
+    c.workers[1].kill();
+    c.start_worker(1); // same data dir: the level's checkpoint is there, the moves pass's is not
+    let st = c.wait_for("the job to finish", 120, |st| {
+        let j = job(st, id);
+        j["state"] == "finished" || j["state"] == "failed"
+    });
+    let j = job(&st, id);
+    assert_eq!(j["state"], "finished", "{j}\n{}", c.logs());
+    let local = local_solve(&repo(MICROBAN), "3-3", &[]);
+    for field in ["pushes", "moves", "states", "solution", "objective", "moves_states", "optimal_states"] {
+        assert_eq!(j["result"][field], local[0][field], "{field}: {j}");
+    }
+    let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
+    assert!(log.contains("lost partitions rebuilt"), "{}", c.logs());
+}
+
 /// Submits Microban I #3 with `extra` flags, restarts the coordinator once
 /// the job's status passes `ready`, and checks that the client rides it out
 /// and gets local mode's answer, resumed from the log.

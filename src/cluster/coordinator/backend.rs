@@ -592,6 +592,9 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
                 r.keys_exchanged += keys;
                 r.bytes_exchanged += bytes;
             });
+            if self.phase.name == MOVES_PHASE && !self.sh.cfg.moves_delay.is_zero() {
+                std::thread::sleep(self.sh.cfg.moves_delay);
+            }
             return Ok(Some(out));
         }
         let layers = self.layers.clone();

@@ -67,6 +67,8 @@ pub struct CoordinatorConfig {
     /// Test knob: sleep this long after each layer (makes small levels long
     /// enough to interrupt on purpose).
     pub layer_delay: Duration,
+    /// Test knob: the same after each layer of the moves pass's search.
+    pub moves_delay: Duration,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Default)]
