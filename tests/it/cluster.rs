@@ -386,6 +386,30 @@ fn incoming_successors_many_times_a_workers_budget_spill_and_peak_rss_stays_boun
     }
 }
 
+/// Before: a worker's heartbeat counted its store's bytes under each
+/// partition's lock, which a merge holds while it works on the partition, so a
+/// large partition's merge silenced the heartbeat, the worker was declared
+/// lost and the layer step started over (17 times on this job, which a longer
+/// level turned into a job that never got past one layer).
+#[test]
+fn a_long_merge_does_not_silence_the_heartbeat() {
+    let mut c = Cluster::start(&["--min-workers", "2", "--heartbeat-timeout", "0.8"], &[]);
+    c.start_worker(0);
+    c.start_worker(1);
+    c.wait_workers(2);
+    let file = repo(MICROBAN);
+    // one partition a worker: each merge of #144's large layers takes a while
+    let args = ["--no-bound", "--objective", "pushes"];
+    let mut submit = vec!["submit", file.to_str().unwrap(), "--level", "144", "--json", "--partitions", "2"];
+    submit.extend_from_slice(&args);
+    let o = c.cli(&submit);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(got["pushes"], 36);
+    let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
+    assert!(!log.contains("worker lost"), "a worker went silent:\n{}", c.logs());
+}
+
 #[test]
 fn cluster_handles_wide_keys() {
     // 20 boxes on a 10x10 floor: the rank needs a u128 key; one push solves it

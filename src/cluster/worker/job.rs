@@ -93,6 +93,9 @@ pub trait WorkerJob: Send + Sync {
     /// Takes the new addresses of the same nodes.
     fn set_addresses(&self, addresses: Vec<String>);
     fn owned(&self) -> usize;
+    /// Bytes held in memory and on disk, as of the last seed, merge or seal
+    /// for the store (the heartbeat reads this while a merge may hold the
+    /// store's partitions for seconds) and as of now for waiting successors.
     fn bytes(&self) -> StoreBytes;
     /// Successor keys this job's exchange has written to disk so far.
     fn spilled_keys(&self) -> u64;
@@ -202,6 +205,10 @@ struct TypedJob<K: StateKey> {
     /// the rest as sorted runs in `dir/x` (scratch, not part of the checkpoint).
     exchange: SpillExchange<K>,
     step: Mutex<StepState>,
+    /// The store's bytes in memory and on disk at its last count (counting
+    /// takes every partition's lock, which a merge holds while it works).
+    store_memory: AtomicU64,
+    store_disk: AtomicU64,
 }
 
 impl<K: StateKey> TypedJob<K> {
@@ -279,7 +286,25 @@ impl<K: StateKey> TypedJob<K> {
             store,
             exchange,
             step: Mutex::new(StepState { id: 0, cancel: Arc::new(AtomicBool::new(false)) }),
-        })
+            store_memory: AtomicU64::new(0),
+            store_disk: AtomicU64::new(0),
+        }
+        .counted())
+    }
+
+    fn counted(self) -> Self {
+        self.fresh_bytes();
+        self
+    }
+
+    /// Counts the store's bytes now (taking each partition's lock in turn),
+    /// keeps the count for [`WorkerJob::bytes`] and returns it with the
+    /// waiting successors' bytes.
+    fn fresh_bytes(&self) -> StoreBytes {
+        let s = self.store.bytes();
+        self.store_memory.store(s.memory, Ordering::Release);
+        self.store_disk.store(s.disk, Ordering::Release);
+        self.bytes()
     }
 
     fn owners(&self) -> Vec<u32> {
@@ -341,10 +366,10 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         self.mine.len()
     }
     fn bytes(&self) -> StoreBytes {
-        let mut b = self.store.bytes();
-        b.memory += self.exchange.buffered_bytes();
-        b.disk += self.exchange.run_bytes();
-        b
+        StoreBytes {
+            memory: self.store_memory.load(Ordering::Acquire) + self.exchange.buffered_bytes(),
+            disk: self.store_disk.load(Ordering::Acquire) + self.exchange.run_bytes(),
+        }
     }
     fn spilled_keys(&self) -> u64 {
         self.exchange.spilled_keys()
@@ -389,6 +414,7 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         }
         // sealing a durable store is the checkpoint
         self.store.seal_layer(side)?;
+        self.fresh_bytes();
         Ok(n)
     }
 
@@ -455,9 +481,9 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
 
     fn merge(&self, side: Side, step: u64, check_other: bool) -> Result<MergeReply, ClusterError> {
         self.check_step(step)?;
-        let before = self.bytes().memory;
+        let before = self.fresh_bytes().memory;
         let m = merge(side, &self.mine, &*self.store, &self.exchange, check_other)?;
-        let after = self.bytes();
+        let after = self.fresh_bytes();
         Ok(MergeReply {
             new_states: m.new_states,
             meeting_key: m.meeting.map(|(k, _)| keys_to_bytes(&[k])).unwrap_or_default(),
@@ -480,7 +506,7 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         }
         // sealing a durable store is the checkpoint
         self.store.seal_layer(side)?;
-        let b = self.bytes();
+        let b = self.fresh_bytes();
         Ok(SealReply { memory_bytes: b.memory, disk_bytes: b.disk })
     }
 
