@@ -34,7 +34,7 @@ while kill -0 $S 2>/dev/null; do
   "$B" status --coordinator 127.0.0.1:$P --token t --json >> status.jsonl 2>/dev/null && echo >> status.jsonl || true
   sleep 1
 done
-wait $S
+wait $S || echo "submit exited with $?"
 T1=$(date +%s.%N)
 echo "wall $(echo "$T1 - $T0" | bc) s"
 for p in "${workers[@]}"; do echo "worker $p peak RSS $(awk '/VmHWM/{print $2, $3}' /proc/$p/status)"; done

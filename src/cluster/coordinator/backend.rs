@@ -606,6 +606,10 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
         });
         // the commit point: every worker has checkpointed the layer
         let r = self.sh.update(self.id, true, |r| {
+            if r.state == State::Running {
+                // the k-games' progress note is over once the level's search runs
+                r.message.clear();
+            }
             r.layers = layers;
             r.stored += out.new_states;
             r.generated += out.generated;
