@@ -529,6 +529,14 @@ fn lost_disk(replace: impl FnOnce(&mut Cluster)) -> Cluster {
     c.wait_for("some layers", 60, |st| layers_done(&job(st, id)) >= 8 && job(st, id)["state"] == "running");
     c.workers[1].kill();
     replace(&mut c);
+    let j = rebuilt_like_local(&c, id, &["pushes", "moves", "states", "solution"]);
+    check_solution(3, j["result"]["solution"].as_str().unwrap(), 13);
+    c
+}
+
+/// Waits for job `id` (Microban I #3) to end; checks that it finished after
+/// rebuilding lost partitions with local mode's `fields`, and returns it.
+fn rebuilt_like_local(c: &Cluster, id: u64, fields: &[&str]) -> serde_json::Value {
     let st = c.wait_for("the job to finish", 120, |st| {
         let j = job(st, id);
         j["state"] == "finished" || j["state"] == "failed"
@@ -536,13 +544,12 @@ fn lost_disk(replace: impl FnOnce(&mut Cluster)) -> Cluster {
     let j = job(&st, id);
     assert_eq!(j["state"], "finished", "{j}\n{}", c.logs());
     let local = local_solve(&repo(MICROBAN), "3-3", &[]);
-    for field in ["pushes", "moves", "states", "solution"] {
+    for field in fields {
         assert_eq!(j["result"][field], local[0][field], "{field}: {j}");
     }
-    check_solution(3, j["result"]["solution"].as_str().unwrap(), 13);
     let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
     assert!(log.contains("lost partitions rebuilt"), "{}", c.logs());
-    c
+    j
 }
 
 /// Before: a worker back without its checkpoints failed the job (`data
@@ -584,18 +591,8 @@ fn a_worker_restarted_in_the_moves_pass_gets_its_partitions_rebuilt() {
     });
     c.workers[1].kill();
     c.start_worker(1); // same data dir: the level's checkpoint is there, the moves pass's is not
-    let st = c.wait_for("the job to finish", 120, |st| {
-        let j = job(st, id);
-        j["state"] == "finished" || j["state"] == "failed"
-    });
-    let j = job(&st, id);
-    assert_eq!(j["state"], "finished", "{j}\n{}", c.logs());
-    let local = local_solve(&repo(MICROBAN), "3-3", &[]);
-    for field in ["pushes", "moves", "states", "solution", "objective", "moves_states", "optimal_states"] {
-        assert_eq!(j["result"][field], local[0][field], "{field}: {j}");
-    }
-    let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
-    assert!(log.contains("lost partitions rebuilt"), "{}", c.logs());
+    let fields = ["pushes", "moves", "states", "solution", "objective", "moves_states", "optimal_states"];
+    rebuilt_like_local(&c, id, &fields);
 }
 
 /// Submits Microban I #3 with `extra` flags, restarts the coordinator once

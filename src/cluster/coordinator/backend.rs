@@ -357,6 +357,26 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         })
     }
 
+    /// Calls the nodes `pick` names as [`ClusterBackend::all`] does (the
+    /// others are left alone, but their loss still stops the wait).
+    pub(super) fn some<T, F, Fut>(&self, what: &str, pick: &[bool], f: F) -> Result<(), ClusterError>
+    where
+        T: Default + Send + 'static,
+        F: Fn(usize, WorkerRpc) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>> + Send + 'static,
+    {
+        self.all(what, |i, c| {
+            let call = pick[i].then(|| f(i, c));
+            async move {
+                match call {
+                    Some(call) => call.await,
+                    None => Ok(tonic::Response::new(T::default())),
+                }
+            }
+        })?;
+        Ok(())
+    }
+
     /// Every key the workers stored on `side` in this phase, sorted (k-PG).
     pub(super) fn collect(&mut self, side: Side) -> Result<Option<Vec<u64>>, ClusterError> {
         let job_id = self.id;
@@ -462,6 +482,43 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         }
     }
 
+    /// Every node expands `layer` of `side` in step `step`, routing only the
+    /// `only` partitions' successors when it is not empty (a rebuild).
+    pub(super) fn expand_all(
+        &self,
+        what: &str,
+        side: Side,
+        layer: usize,
+        step: u64,
+        only: &[u32],
+    ) -> Result<Vec<ExpandReply>, ClusterError> {
+        let (job_id, s) = (self.id, side_to(side));
+        let exp = self.all(what, |_, mut c| {
+            let only = only.to_vec();
+            async move { c.expand(ExpandRequest { job_id, side: s, layer: layer as u32, step, only }).await }
+        })?;
+        if exp.iter().any(|e| e.cancelled) {
+            if self.stop.load(Ordering::SeqCst) {
+                return Err(ClusterError::Cancelled);
+            }
+            return Err(ClusterError::Stale("a worker dropped the expansion".into()));
+        }
+        Ok(exp)
+    }
+
+    /// `keys` as key bytes per node of the table, for the nodes `pick` names
+    /// (the others get none).
+    pub(super) fn keys_by_node(&self, keys: &[K], pick: impl Fn(usize) -> bool) -> Vec<Vec<u8>> {
+        let mut per_node: Vec<Vec<K>> = vec![Vec::new(); self.nodes.len()];
+        for k in keys {
+            let owner = self.owners[self.partitioner.of(k)] as usize;
+            if pick(owner) {
+                per_node[owner].push(*k);
+            }
+        }
+        per_node.iter().map(|v| keys_to_bytes(v)).collect()
+    }
+
     pub(super) fn try_step(
         &mut self,
         side: Side,
@@ -471,15 +528,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         let layer = self.layers[side.index()].len() - 1;
         let job_id = self.id;
         let s = side_to(side);
-        let exp = self.all("expanding", |_, mut c| async move {
-            c.expand(ExpandRequest { job_id, side: s, layer: layer as u32, step, only: Vec::new() }).await
-        })?;
-        if exp.iter().any(|e| e.cancelled) {
-            if self.stop.load(Ordering::SeqCst) {
-                return Err(ClusterError::Cancelled);
-            }
-            return Err(ClusterError::Stale("a worker dropped the expansion".into()));
-        }
+        let exp = self.expand_all("expanding", side, layer, step, &[])?;
         let merged = self.all("merging", |_, mut c| async move {
             c.merge(MergeRequest { job_id, side: s, step, check_other }).await
         })?;
@@ -531,11 +580,7 @@ impl<K: StateKey> LayerBackend<K> for ClusterBackend<'_, K> {
         if !self.phase.is_main() {
             self.set_message(State::Running, format!("building k-PG tables: {} layer 0", self.phase.name));
         }
-        let mut per_node: Vec<Vec<K>> = vec![Vec::new(); self.nodes.len()];
-        for k in keys {
-            per_node[self.owners[self.partitioner.of(k)] as usize].push(*k);
-        }
-        let bytes: Vec<Vec<u8>> = per_node.iter().map(|v| keys_to_bytes(v)).collect();
+        let bytes = self.keys_by_node(keys, |_| true);
         let job_id = self.id;
         let s = side_to(side);
         let r = self.retrying("seeding", |b| {

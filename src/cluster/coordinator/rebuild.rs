@@ -23,7 +23,6 @@
 //! part way starts over on the next attempt (the rebuilt nodes are loaded empty
 //! again).
 
-use super::super::codec::keys_to_bytes;
 use super::super::net::rpc_err;
 use super::super::proto::*;
 use super::super::{side_to, ClusterError};
@@ -34,7 +33,7 @@ use crate::model::key::StateKey;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tonic::{Code, Response, Status};
+use tonic::{Code, Status};
 
 impl<K: StateKey> ClusterBackend<'_, K> {
     /// The load replies, or `None` after marking the nodes that answered
@@ -119,24 +118,11 @@ impl<K: StateKey> ClusterBackend<'_, K> {
                     side.name()
                 ))
             })?;
-            let mut per_node: Vec<Vec<K>> = vec![Vec::new(); self.nodes.len()];
-            for k in seeds {
-                let owner = self.owners[self.partitioner.of(k)] as usize;
-                if rebuild[owner] {
-                    per_node[owner].push(*k);
-                }
-            }
-            let bytes: Vec<Vec<u8>> = per_node.iter().map(|v| keys_to_bytes(v)).collect();
+            let bytes = self.keys_by_node(seeds, |node| rebuild[node]);
             let (job_id, s) = (self.id, side_to(side));
-            self.all("rebuilding: seeding", |i, mut c| {
-                let (go, keys) = (rebuild[i], bytes[i].clone());
-                async move {
-                    if go {
-                        c.seed(SeedRequest { job_id, side: s, keys }).await
-                    } else {
-                        Ok(Response::new(SeedReply::default()))
-                    }
-                }
+            self.some("rebuilding: seeding", &rebuild, |i, mut c| {
+                let keys = bytes[i].clone();
+                async move { c.seed(SeedRequest { job_id, side: s, keys }).await }
             })?;
             for layer in 0..layers - 1 {
                 if self.stop.load(Ordering::SeqCst) {
@@ -170,35 +156,12 @@ impl<K: StateKey> ClusterBackend<'_, K> {
     fn rebuild_step(&mut self, side: Side, layer: usize, only: &[u32], rebuild: &[bool]) -> Result<u64, ClusterError> {
         let step = self.next_step();
         let (job_id, s) = (self.id, side_to(side));
-        let exp = self.all("rebuilding: expanding", |_, mut c| {
-            let only = only.to_vec();
-            async move { c.expand(ExpandRequest { job_id, side: s, layer: layer as u32, step, only }).await }
+        let exp = self.expand_all("rebuilding: expanding", side, layer, step, only)?;
+        self.some("rebuilding: merging", rebuild, |_, mut c| async move {
+            c.merge(MergeRequest { job_id, side: s, step, check_other: false }).await
         })?;
-        if exp.iter().any(|e| e.cancelled) {
-            if self.stop.load(Ordering::SeqCst) {
-                return Err(ClusterError::Cancelled);
-            }
-            return Err(ClusterError::Stale("a worker dropped the expansion".into()));
-        }
-        self.all("rebuilding: merging", |i, mut c| {
-            let go = rebuild[i];
-            async move {
-                if go {
-                    c.merge(MergeRequest { job_id, side: s, step, check_other: false }).await
-                } else {
-                    Ok(Response::new(MergeReply::default()))
-                }
-            }
-        })?;
-        self.all("rebuilding: sealing", |i, mut c| {
-            let go = rebuild[i];
-            async move {
-                if go {
-                    c.seal(SealRequest { job_id, side: s, step, layer: (layer + 1) as u32 }).await
-                } else {
-                    Ok(Response::new(SealReply::default()))
-                }
-            }
+        self.some("rebuilding: sealing", rebuild, |_, mut c| async move {
+            c.seal(SealRequest { job_id, side: s, step, layer: (layer + 1) as u32 }).await
         })?;
         Ok(exp.iter().map(|e| e.generated).sum())
     }
