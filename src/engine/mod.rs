@@ -254,16 +254,14 @@ impl<K: StateKey> Problem<K> {
         mut emit: impl FnMut(K, BoxMove),
     ) {
         let mut boxes = std::mem::take(&mut sc.boxes);
-        let player = self.decode(key, &mut boxes);
+        let player = key.decode_near(&self.space, &mut boxes, &mut sc.key_memo);
         let patterns = self.patterns.as_deref();
         let bound = self.bound.as_ref();
-        let keep = |next: &[u16], moved: u16, p: u16| {
+        let keep = |next: &[u16], from: u16, moved: u16, p: u16| {
             if patterns.is_some_and(|pc| pc.is_deadlock(side, next, moved, p)) {
                 return false;
             }
             let Some(b) = bound else { return true };
-            // the box that moved left the one parent square the child lacks
-            let Some(&from) = boxes.iter().find(|b| next.binary_search(b).is_err()) else { return true };
             let h = b.lower.estimate_child(side, &boxes, from, moved, next, p, b.limit.saturating_sub(depth));
             if h == u32::MAX {
                 return false; // dead: no goal (start) for every box

@@ -31,6 +31,24 @@ pub trait StateKey: Copy + Ord + Eq + Hash + Send + Sync + Debug + Default + 'st
     fn encode(space: &KeySpace, boxes: &[u16], player: u16) -> Self;
     /// Decodes a state into `boxes` (cleared first, filled sorted); returns the player.
     fn decode(&self, space: &KeySpace, boxes: &mut Vec<u16>) -> u16;
+    /// [`StateKey::decode`], reusing what the last decode with the same
+    /// `memo` found: a key close to the last one in sort order (a layer is
+    /// expanded in order) shares its largest boxes, which are then checked
+    /// instead of searched for. Any key decodes right; the memo only saves time.
+    #[inline]
+    fn decode_near(&self, space: &KeySpace, boxes: &mut Vec<u16>, memo: &mut DecodeMemo) -> u16 {
+        let _ = memo;
+        self.decode(space, boxes)
+    }
+}
+
+/// What one thread's last rank decode found ([`StateKey::decode_near`]): its
+/// boxes, and the rank left before each was found.
+#[derive(Debug, Clone, Default)]
+pub struct DecodeMemo {
+    boxes: Vec<u16>,
+    /// `left[i]`: the rank left before box `i` (1-based) was found.
+    left: Vec<u64>,
 }
 
 /// The parameters shared by every key of one level: floor size, box count and
@@ -44,6 +62,10 @@ pub struct KeySpace {
     /// `binom[i * (boxes + 1) + j] = C(i, j)` for `i <= floor`, `j <= boxes`,
     /// saturating at `u128::MAX`.
     binom: Vec<u128>,
+    /// The same, column by column (`binom64[k * (floor + 1) + n] = C(n, k)`)
+    /// and saturating at `u64::MAX`: the `u64` keys rank and unrank in 64-bit
+    /// arithmetic, each column's scan over contiguous memory.
+    binom64: Vec<u64>,
     /// Which key width this level needs.
     pub width: KeyWidth,
 }
@@ -100,7 +122,13 @@ impl KeySpace {
             None if floor + 10 <= 256 => KeyWidth::Bits256,
             None => KeyWidth::Bits1024,
         };
-        Some(KeySpace { floor, boxes, binom, width })
+        let mut binom64 = vec![0u64; (floor + 1) * cols];
+        for k in 0..=boxes {
+            for n in 0..=floor {
+                binom64[k * (floor + 1) + n] = u64::try_from(binom[n * cols + k]).unwrap_or(u64::MAX);
+            }
+        }
+        Some(KeySpace { floor, boxes, binom, binom64, width })
     }
 
     /// Bits of the largest rank key (`None` for bitset widths).
@@ -129,6 +157,74 @@ impl KeySpace {
             r += self.c(b as usize, i + 1);
         }
         r
+    }
+
+    /// [`KeySpace::rank`] in 64 bits, for levels whose keys are `u64`.
+    #[inline]
+    pub fn rank64(&self, boxes: &[u16]) -> u64 {
+        let n1 = self.floor + 1;
+        boxes.iter().enumerate().map(|(i, &b)| self.binom64[(i + 1) * n1 + b as usize]).fold(0u64, u64::wrapping_add)
+    }
+
+    /// [`KeySpace::unrank`] in 64 bits, for levels whose keys are `u64`.
+    #[inline]
+    pub fn unrank64(&self, mut rank: u64, out: &mut Vec<u16>) {
+        out.clear();
+        out.resize(self.boxes, 0);
+        let n1 = self.floor + 1;
+        let mut hi = self.floor; // candidates are < hi
+        for i in (1..=self.boxes).rev() {
+            // largest c < hi with C(c, i) <= rank (C(i - 1, i) = 0 stops it)
+            let col = &self.binom64[i * n1..i * n1 + hi];
+            let mut c = hi - 1;
+            while col[c] > rank {
+                c -= 1;
+            }
+            rank -= col[c];
+            out[i - 1] = c as u16;
+            hi = c;
+        }
+    }
+
+    /// [`KeySpace::unrank64`] from what the last call with `memo` found. The
+    /// combinatorial number system writes a rank one way only, so the boxes
+    /// below box `i` follow from the rank left before it: where that equals
+    /// last time's, they are last time's. And box `i` is the largest `c` below
+    /// box `i + 1` with `C(c, i)` at most the rank left; last time's `c` is
+    /// checked for that (two lookups) before any search.
+    #[inline]
+    pub fn unrank64_near(&self, rank: u64, out: &mut Vec<u16>, memo: &mut DecodeMemo) {
+        let k = self.boxes;
+        if memo.boxes.len() != k {
+            self.unrank64(rank, out);
+            memo.boxes.clone_from(out);
+            memo.left = vec![u64::MAX; k + 1];
+            return;
+        }
+        out.clear();
+        out.resize(k, 0);
+        let n1 = self.floor + 1;
+        let (mut hi, mut left) = (self.floor, rank);
+        for i in (1..=k).rev() {
+            if memo.left[i] == left {
+                out[..i].copy_from_slice(&memo.boxes[..i]);
+                break;
+            }
+            memo.left[i] = left;
+            let col = &self.binom64[i * n1..i * n1 + hi];
+            let last = memo.boxes[i - 1] as usize;
+            let mut c = last;
+            if !(last < hi && col[last] <= left && (last + 1 == hi || col[last + 1] > left)) {
+                c = hi - 1;
+                while col[c] > left {
+                    c -= 1;
+                }
+            }
+            left -= col[c];
+            out[i - 1] = c as u16;
+            hi = c;
+        }
+        memo.boxes.copy_from_slice(out);
     }
 
     /// Inverse of [`KeySpace::rank`].
@@ -167,12 +263,18 @@ impl StateKey for u64 {
     }
     #[inline]
     fn encode(space: &KeySpace, boxes: &[u16], player: u16) -> Self {
-        (space.rank(boxes) as u64) * space.floor as u64 + player as u64
+        space.rank64(boxes) * space.floor as u64 + player as u64
     }
     #[inline]
     fn decode(&self, space: &KeySpace, boxes: &mut Vec<u16>) -> u16 {
         let f = space.floor as u64;
-        space.unrank((*self / f) as u128, boxes);
+        space.unrank64(*self / f, boxes);
+        (*self % f) as u16
+    }
+    #[inline]
+    fn decode_near(&self, space: &KeySpace, boxes: &mut Vec<u16>, memo: &mut DecodeMemo) -> u16 {
+        let f = space.floor as u64;
+        space.unrank64_near(*self / f, boxes, memo);
         (*self % f) as u16
     }
 }
@@ -323,6 +425,33 @@ mod tests {
             prop_assume!(space.width == KeyWidth::U64);
             let boxes = sorted_set(floor, picks, b);
             roundtrip::<u64>(&space, &boxes, (pl % floor) as u16);
+            // the 64-bit rank is the 128-bit one: keys saved before it read the same
+            prop_assert_eq!(space.rank64(&boxes) as u128, space.rank(&boxes));
+            let mut out = Vec::new();
+            space.unrank(space.rank(&boxes), &mut out);
+            prop_assert_eq!(&out, &boxes);
+        }
+
+        /// Keys in sort order (as a layer is expanded) and in any order, each
+        /// decoded from the last one's memo: the same boxes and player as a
+        /// decode from nothing.
+        #[test]
+        fn decoding_near_the_last_key_equals_decoding_afresh(floor in 2usize..80, b in 1usize..12, seeds in proptest::collection::vec(any::<u64>(), 1..80), sorted in any::<bool>()) {
+            let b = b.min(floor);
+            let space = KeySpace::new(floor, b).unwrap();
+            prop_assume!(space.width == KeyWidth::U64);
+            let total = key_count(&space.binom, floor, b).unwrap() as u64;
+            let mut keys: Vec<u64> = seeds.iter().map(|s| s % total).collect();
+            if sorted {
+                keys.sort_unstable();
+            }
+            let mut memo = DecodeMemo::default();
+            let (mut near, mut fresh) = (Vec::new(), Vec::new());
+            for k in keys {
+                let p = k.decode_near(&space, &mut near, &mut memo);
+                prop_assert_eq!(p, k.decode(&space, &mut fresh));
+                prop_assert_eq!(&near, &fresh);
+            }
         }
 
         #[test]

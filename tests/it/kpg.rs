@@ -75,7 +75,9 @@ fn tables_at_the_box_count_leave_exactly_the_live_states() {
         let goals = goal_seeds(&board, &mut sc);
         let mut walk = |side: Side, pruning: Pruning, tables: Option<&DeadlockTables>, seeds: Vec<State>| {
             let reached = reach_states(seeds, usize::MAX, |(boxes, p), out| {
-                let keep = |b: &[u16], moved: u16, at: u16| tables.is_none_or(|t| !t.is_deadlock(side, b, moved, at));
+                let keep = |b: &[u16], _from: u16, moved: u16, at: u16| {
+                    tables.is_none_or(|t| !t.is_deadlock(side, b, moved, at))
+                };
                 let emit = |b: &[u16], q: u16, _| out.push((b.to_vec(), q));
                 match side {
                     Side::Forward => for_each_push_kept(&board, &mut sc, boxes, *p, pruning, keep, emit),

@@ -31,11 +31,11 @@ pub fn for_each_push(
     pruning: Pruning,
     emit: impl FnMut(&[u16], u16, BoxMove),
 ) {
-    for_each_push_kept(board, sc, boxes, player, pruning, |_, _, _| true, emit)
+    for_each_push_kept(board, sc, boxes, player, pruning, |_, _, _, _| true, emit)
 }
 
-/// [`for_each_push`] that first asks `keep(new_boxes, moved_to, player_square)`
-/// (the player square is one of its region, not the normalized one) and drops
+/// [`for_each_push`] that first asks `keep(new_boxes, moved_from, moved_to,
+/// player_square)` (the player square is one of its region, not the normalized one) and drops
 /// the push when it answers false. The question comes before the player is
 /// normalized, the dearest step of a move, so a pattern check that prunes
 /// saves it.
@@ -45,7 +45,7 @@ pub fn for_each_push_kept(
     boxes: &[u16],
     player: u16,
     pruning: Pruning,
-    mut keep: impl FnMut(&[u16], u16, u16) -> bool,
+    mut keep: impl FnMut(&[u16], u16, u16, u16) -> bool,
     mut emit: impl FnMut(&[u16], u16, BoxMove),
 ) {
     sc.place(boxes);
@@ -91,7 +91,7 @@ pub fn for_each_pull(
     pruning: Pruning,
     emit: impl FnMut(&[u16], u16, BoxMove),
 ) {
-    for_each_pull_kept(board, sc, boxes, player, pruning, |_, _, _| true, emit)
+    for_each_pull_kept(board, sc, boxes, player, pruning, |_, _, _, _| true, emit)
 }
 
 /// [`for_each_pull`] with a `keep` question before normalization, as in
@@ -102,7 +102,7 @@ pub fn for_each_pull_kept(
     boxes: &[u16],
     player: u16,
     pruning: Pruning,
-    mut keep: impl FnMut(&[u16], u16, u16) -> bool,
+    mut keep: impl FnMut(&[u16], u16, u16, u16) -> bool,
     mut emit: impl FnMut(&[u16], u16, BoxMove),
 ) {
     sc.place(boxes);
@@ -152,14 +152,14 @@ pub(super) fn apply_pruned(
     next: &mut Vec<u16>,
     m: Move,
     pruning: Pruning,
-    keep: &mut impl FnMut(&[u16], u16, u16) -> bool,
+    keep: &mut impl FnMut(&[u16], u16, u16, u16) -> bool,
     emit: &mut impl FnMut(&[u16], u16, BoxMove),
 ) {
     sc.set_occ(m.from, false);
     sc.set_occ(m.to, true);
     moved_boxes(boxes, m.from, m.to, next);
     let dead = pruning.freeze && frozen_dead(board, sc, next, m.to, m.kind);
-    if !dead && keep(next, m.to, m.player) {
+    if !dead && keep(next, m.from, m.to, m.player) {
         let p = sc.normalize_after_move(board, m.from, m.to, m.player);
         emit(next, p, BoxMove { from: m.from, dir: m.dir as u8 });
     }

@@ -25,12 +25,17 @@ pub struct Scratch {
     pub(super) corral: Corrals,
     pub boxes: Vec<u16>,
     pub next: Vec<u16>,
+    /// The last key decoded on this thread ([`StateKey::decode_near`](crate::model::key::StateKey::decode_near)).
+    pub key_memo: crate::model::key::DecodeMemo,
     /// Bitboard rows (boards with a [`BitGrid`](crate::model::bitgrid::BitGrid);
     /// empty otherwise): the boxes, the player's region, a second region, and
     /// each floor square's bit.
     pub(super) occ_bits: Vec<u64>,
     pub(super) reach_bits: Vec<u64>,
     pub(super) tmp_bits: Vec<u64>,
+    /// The boxes and the player's region together (the incremental
+    /// normalization's flood of the regions a move joins).
+    pub(super) blocked_bits: Vec<u64>,
     pub(super) pos: Vec<u16>,
 }
 
@@ -52,9 +57,11 @@ impl Scratch {
             corral: Corrals { mark: vec![0; n], fence_mark: vec![0; n], ..Corrals::default() },
             boxes: Vec::with_capacity(board.box_count()),
             next: Vec::with_capacity(board.box_count()),
+            key_memo: Default::default(),
             occ_bits: board.bits.as_ref().map_or(Vec::new(), |g| vec![0; g.rows()]),
             reach_bits: board.bits.as_ref().map_or(Vec::new(), |g| vec![0; g.rows()]),
             tmp_bits: board.bits.as_ref().map_or(Vec::new(), |g| vec![0; g.rows()]),
+            blocked_bits: board.bits.as_ref().map_or(Vec::new(), |g| vec![0; g.rows()]),
             pos: board.bits.as_ref().map_or(Vec::new(), |g| g.pos.clone()),
         }
     }
@@ -116,16 +123,26 @@ impl Scratch {
     /// were foreign to `R` join; they are flooded on their own.
     pub(super) fn normalize_after_move(&mut self, board: &Board, vacated: u16, filled: u16, player: u16) -> u16 {
         if let Some(g) = &board.bits {
-            // as below, but where the shortcut fails one bitboard flood is
-            // cheaper than the bounded search and the floods of foreign regions
+            // as below: where `filled` cuts `R`, one bitboard flood of the
+            // player's region (cheaper than the bounded search); where only
+            // foreign regions join through `vacated`, a flood of those alone
             let filled_in_region = self.reachable(filled);
-            let whole = (!filled_in_region || ring_connected(board, &self.occ, filled))
-                && (0..DIRS).all(|d| {
+            let min = if !filled_in_region || ring_connected(board, &self.occ, filled) {
+                let min = self.reach_min_without(filled_in_region, filled).min(vacated);
+                let foreign = (0..DIRS).any(|d| {
                     let x = board.neighbour(vacated, d);
-                    x == NONE || x == filled || self.occ[x as usize] || self.reachable(x)
+                    x != NONE && x != filled && !self.occ[x as usize] && !self.reachable(x)
                 });
-            let min = if whole {
-                self.reach_min_without(filled_in_region, filled).min(vacated)
+                if foreign {
+                    // `vacated` and what it joins: free squares outside `R`
+                    for (b, (&o, &r)) in self.blocked_bits.iter_mut().zip(self.occ_bits.iter().zip(&self.reach_bits)) {
+                        *b = o | r;
+                    }
+                    g.flood(&self.blocked_bits, vacated, &mut self.tmp_bits);
+                    min.min(g.lowest(&self.tmp_bits))
+                } else {
+                    min
+                }
             } else {
                 g.flood(&self.occ_bits, player, &mut self.tmp_bits);
                 g.lowest(&self.tmp_bits)
