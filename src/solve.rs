@@ -9,7 +9,7 @@
 //! [`MemoryBudget`], writing into a fresh [`SpillDir`] that is removed when the
 //! solve ends, however it ends, unless kept.
 
-use crate::engine::driver::{solve, Deployment, Observers, Pass, SolveSpec};
+use crate::engine::driver::{solve, Deployment, Observers, Pass, SolveSpec, PROBE_AFTER, PROBE_MAX, PROBE_STATE_BYTES};
 use crate::engine::kpg::{build_tables_paired, DeadlockTables, KChoice, KStats, KpgProgress};
 use crate::engine::partition::{LocalExchange, PartitionStore, Partitioner};
 use crate::engine::search::{exhaust, LayerBackend, Limits, LocalBackend, NoProgress, Progress, SearchEnd};
@@ -57,6 +57,11 @@ pub struct SolveOptions {
     pub spill_policy: SpillPolicy,
     /// The fewest pushes, or the fewest pushes and then moves (the default).
     pub objective: Objective,
+    /// The most states a probe may store (0: no probes); a
+    /// memory budget lowers it to what fits in a quarter of the budget.
+    pub probe_states: u64,
+    /// Layered states an iteration stores before its probe starts.
+    pub probe_after: u64,
 }
 
 /// Partitions for `threads` worker threads when none are asked for: 4 per
@@ -84,7 +89,18 @@ impl Default for SolveOptions {
             keep_spill: false,
             spill_policy: SpillPolicy::KeepOldest,
             objective: Objective::PushesMoves,
+            probe_states: PROBE_MAX,
+            probe_after: PROBE_AFTER,
         }
+    }
+}
+
+/// The most states a probe may store under `opts`: with a memory budget,
+/// what fits in a quarter of it (the store gets the rest).
+fn probe_cap(opts: &SolveOptions) -> u64 {
+    match opts.memory_budget {
+        Some(m) => opts.probe_states.min(m / 4 / PROBE_STATE_BYTES),
+        None => opts.probe_states,
     }
 }
 
@@ -120,6 +136,8 @@ pub fn solve_local_observed(
         max_states: opts.max_states,
         deadline: opts.deadline,
         objective: opts.objective,
+        probe_states: probe_cap(opts),
+        probe_after: opts.probe_after,
     };
     let mut local = Local { opts, storage: None };
     solve(&mut local, board, &spec, cancel, observers)
@@ -162,8 +180,10 @@ impl Deployment for Local<'_> {
             let exchange = LocalExchange::<K>::new(partitioner.count());
             return search(&mut LocalBackend { problem, partitioner, store: &store, exchange: &exchange, cancel });
         }
+        // the probe's share is set aside: it holds its states beside the layers
+        let total = opts.memory_budget.unwrap_or_else(default_budget);
         let budget = MemoryBudget::new(
-            opts.memory_budget.unwrap_or_else(default_budget),
+            total - probe_cap(opts).saturating_mul(PROBE_STATE_BYTES).min(total / 4),
             rayon::current_num_threads(),
             std::mem::size_of::<K>(),
         );
@@ -199,7 +219,7 @@ impl Deployment for Local<'_> {
             return result;
         }
         self.storage = Some(StorageReport {
-            memory_budget_bytes: budget.total,
+            memory_budget_bytes: total,
             partitions: parts,
             disk_states: store.disk_keys(),
             peak_disk_bytes: usage.peak(),

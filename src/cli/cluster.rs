@@ -165,6 +165,9 @@ pub struct SubmitArgs {
     /// Bound by the matching alone, without the pair penalties.
     #[arg(long, conflicts_with = "no_bound")]
     pub no_pair_penalties: bool,
+    /// No probes (as `solve --no-probe`).
+    #[arg(long, conflicts_with = "no_bound")]
+    pub no_probe: bool,
     /// What the solution must be optimal for (as `solve --objective`).
     #[arg(long, value_enum, default_value = "pushes,moves")]
     pub objective: super::solve::ObjectiveArg,
@@ -320,6 +323,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         no_bound: a.no_bound,
         upper_bound: a.upper_bound,
         no_pair_penalties: a.no_pair_penalties,
+        no_probe: a.no_probe,
         pushes_only: a.objective == super::solve::ObjectiveArg::Pushes,
     };
     let _ = ctrlc::set_handler(|| {

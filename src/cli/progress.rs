@@ -3,7 +3,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sokoshard::engine::kpg::KpgProgress;
-use sokoshard::engine::search::{LayerEvent, Progress};
+use sokoshard::engine::search::{LayerEvent, ProbeEvent, Progress};
 use sokoshard::sys::{human_bytes, rss_bytes};
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -52,6 +52,21 @@ impl Progress for LayerProgress {
             ));
         }
     }
+
+    fn probe_step(&self, e: &ProbeEvent) {
+        let rate = if e.seconds > 0.0 { e.generated as f64 / e.seconds } else { 0.0 };
+        tracing::debug!(level = %self.label, bound = e.bound, depth = e.depth, stored = e.stored, "probe step");
+        if let Some(b) = &self.bar {
+            let bound = e.bound.map(|u| format!("bound {u} | ")).unwrap_or_default();
+            b.set_message(format!(
+                "{bound}probe depth {} | stored {} | {:.0} generated/s | mem {}",
+                e.depth,
+                e.stored,
+                rate,
+                human_bytes(rss_bytes())
+            ));
+        }
+    }
 }
 
 /// Per-k progress: a spinner on a terminal, with the layer line underneath.
@@ -80,6 +95,9 @@ impl KProgress {
 impl Progress for KProgress {
     fn layer_done(&self, e: &LayerEvent) {
         self.layers.layer_done(e)
+    }
+    fn probe_step(&self, e: &ProbeEvent) {
+        self.layers.probe_step(e)
     }
 }
 

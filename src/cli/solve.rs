@@ -82,6 +82,11 @@ pub struct SolveArgs {
     /// of the 2-box games (for comparisons; the answer is the same).
     #[arg(long, conflicts_with = "no_bound")]
     pub no_pair_penalties: bool,
+    /// Search every bound iteration in whole layers alone, without the probe
+    /// that runs beside them where the bound is already known to be at most
+    /// the optimum (for comparisons; the answer is the same).
+    #[arg(long, conflicts_with = "no_bound")]
+    pub no_probe: bool,
     /// Build k-PG deadlock tables for k = 1 to this k before each solve (1 to 8).
     /// Without it the solve builds k = 1, 2 and each next k whose k-game is
     /// predicted to stay within 500,000 states (half a second); `--kpg 0`
@@ -180,6 +185,8 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         keep_spill: args.keep_spill,
         spill_policy: args.spill_policy,
         objective: args.objective.into(),
+        probe_states: if args.no_probe { 0 } else { sokoshard::engine::driver::PROBE_MAX },
+        probe_after: sokoshard::engine::driver::PROBE_AFTER,
     };
     let started = Instant::now();
     let mut outcomes = Vec::new();

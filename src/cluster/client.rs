@@ -6,7 +6,7 @@ use super::net::{CoordinatorRpc, NetConfig};
 use super::proto::*;
 use super::{ClusterError, PROTOCOL_VERSION};
 use crate::engine::kpg::KStats;
-use crate::engine::report::{Objective, SolveReport, Status};
+use crate::engine::report::{BoundIteration, IterationSearch, Objective, SolveReport, Status};
 use crate::model::key::KeyWidth;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -87,6 +87,8 @@ pub struct SubmitOptions {
     pub no_pair_penalties: bool,
     /// The fewest pushes only, without the moves pass.
     pub pushes_only: bool,
+    /// No probes.
+    pub no_probe: bool,
 }
 
 fn state_name(s: i32) -> &'static str {
@@ -116,12 +118,14 @@ fn report_of(r: &SolveResult) -> SolveReport {
         iterations: r
             .iterations
             .iter()
-            .map(|i| crate::engine::report::BoundIteration {
+            .map(|i| BoundIteration {
                 bound: i.bound,
                 states: i.states,
                 generated: i.generated,
                 pruned: i.pruned,
                 seconds: i.seconds,
+                search: if i.probe { IterationSearch::Probe } else { IterationSearch::Layers },
+                probe_states: i.probe_states,
             })
             .collect(),
         status,
@@ -225,6 +229,7 @@ impl Client {
                 upper_bound: o.upper_bound.unwrap_or(0),
                 no_pair_penalties: o.no_pair_penalties,
                 pushes_only: o.pushes_only,
+                no_probe: o.no_probe,
             }),
         };
         let r = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?;

@@ -8,9 +8,10 @@
 use super::kpg::{DeadlockTables, KChoice, KStats, KpgProgress};
 use super::moves::{fewest_moves, MovesOutcome, MAX_OPTIMAL_STATES};
 use super::path::rebuild;
-use super::report::{BoundIteration, SolveReport, Status};
-use super::search::{bidirectional, LayerBackend, Limits, Progress, SearchEnd, SearchStats};
-use super::{Bound, EngineError, LowerBound, PatternCheck, Problem};
+use super::probe::{Probe, ProbeEnd, ProbeStats};
+use super::report::{BoundIteration, IterationSearch, SolveReport, Status};
+use super::search::{bidirectional, bidirectional_with, LayerBackend, Limits, Progress, SearchEnd, SearchStats};
+use super::{Bound, EngineError, LowerBound, PatternCheck, Problem, Side};
 use crate::model::board::Board;
 use crate::model::bounds::{LowerBounds, UNREACHABLE};
 use crate::model::key::{BitKey, KeyWidth, StateKey};
@@ -71,6 +72,12 @@ pub struct SolveSpec {
     pub deadline: Option<Instant>,
     /// The fewest pushes, or the fewest pushes and then moves (the default).
     pub objective: Objective,
+    /// The most states a probe may store (0: no probes); see
+    /// [`Probes`].
+    pub probe_states: u64,
+    /// Layered states an iteration stores before its probe starts
+    /// ([`PROBE_AFTER`] by default).
+    pub probe_after: u64,
 }
 
 impl Default for SolveSpec {
@@ -83,6 +90,8 @@ impl Default for SolveSpec {
             max_states: None,
             deadline: None,
             objective: Objective::PushesMoves,
+            probe_states: PROBE_MAX,
+            probe_after: PROBE_AFTER,
         }
     }
 }
@@ -246,78 +255,110 @@ fn search<K: StateKey, D: Deployment>(
     let mut totals = SearchStats::default();
     // states the previous iteration stored (the first one counts as growing)
     let mut last_stored = 0u64;
+    // no solution has fewer pushes than this (the start's bound, then one
+    // step of the parity past each bound proven too small): a solution of
+    // this many pushes, however found, is optimal
+    let mut floor = limit;
     loop {
         let t0 = Instant::now();
         let bound = limit.zip(lower.clone()).map(|(limit, l)| Bound { lower: l as Arc<dyn LowerBound>, limit });
         let problem = Problem::<K>::full(board.clone(), spec.pruning, patterns.clone()).with_bound(bound);
-        let limits =
-            Limits { cancel, max_states: spec.max_states.map(|m| m.saturating_sub(totals.stored)), bound: limit };
+        let max_states = spec.max_states.map(|m| m.saturating_sub(totals.stored));
+        let limits = Limits { cancel, max_states, bound: limit };
         let mut end = None;
         let mut next_limit = None;
         let mut met = 0;
+        // probes only where no solution can be shorter than the bound
+        let probing = limit.is_some() && limit == floor;
+        let mut probes = Probes::new(spec, probing, max_states);
         deployment.search(Pass::Main, &problem, tables.as_ref(), cancel, &mut |backend| {
             let found = match backend.resumed_meeting() {
                 Some(end) => end,
                 None => {
                     let (starts, goals) = seeds(&problem);
-                    let (found, stats) = bidirectional(backend, &starts, &goals, &limits, progress)?;
+                    let mut between =
+                        |layers: &SearchStats| probes.between(&problem, &starts, layers, cancel, progress);
+                    let (found, stats) = bidirectional_with(backend, &starts, &goals, &limits, progress, &mut between)?;
                     add(&mut totals, &stats);
+                    add_probe(&mut totals, &probes.stats, stats.peak_memory_bytes);
+                    // the search that decided the iteration says how the next one steps
+                    let decider = if probes.decided { &probes.stats } else { &stats };
                     if lower.is_some() {
                         report.iterations.push(BoundIteration {
                             bound: limit,
-                            states: stats.stored,
-                            generated: stats.generated,
-                            pruned: stats.bound_pruned(),
+                            states: stats.stored + probes.stats.stored,
+                            generated: stats.generated + probes.stats.generated,
+                            pruned: decider.bound_pruned(),
                             seconds: t0.elapsed().as_secs_f64(),
+                            search: if probes.decided { IterationSearch::Probe } else { IterationSearch::Layers },
+                            probe_states: probes.stats.stored,
                         });
                         tracing::info!(
                             bound = limit,
                             states = stats.stored,
-                            pruned = stats.bound_pruned(),
+                            probe_states = probes.stats.stored,
+                            pruned = decider.bound_pruned(),
                             "bound iteration done"
                         );
                     }
                     next_limit = match limit {
                         // a bound that drops little costs its matchings and saves
                         // few states: the rest is the plain search
-                        Some(_) if weak(&stats) => None,
-                        Some(l) => Some(next_bound(l, &stats, last_stored)),
+                        Some(_) if weak(decider) => None,
+                        Some(l) => Some(next_bound(l, decider, last_stored)),
                         None => None,
                     };
-                    last_stored = stats.stored;
+                    last_stored = decider.stored;
                     found
                 }
             };
-            if let SearchEnd::Met { key, forward, backward } = found {
-                let pushes = rebuild(&problem, backend, key, forward, backward)?;
-                if !report.record_solution(&problem.board, &pushes) {
-                    return Err(EngineError::Internal("rebuilt pushes do not replay".into()));
+            match &found {
+                SearchEnd::Met { key, forward, backward } => {
+                    let (forward, backward) = (*forward, *backward);
+                    let pushes = rebuild(&problem, backend, *key, forward, backward)?;
+                    if !report.record_solution(&problem.board, &pushes) {
+                        return Err(EngineError::Internal("rebuilt pushes do not replay".into()));
+                    }
+                    // no push, no step: a solved start is optimal for both
+                    report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
+                    // layers without move pruning serve the moves pass as they are
+                    if spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals && !pushes.is_empty() {
+                        let t0 = Instant::now();
+                        let result = moves_pass(&problem, backend, (forward, backward), cancel, report);
+                        report.moves_seconds = t0.elapsed().as_secs_f64();
+                        moves_pass_end(report, result);
+                        met = 0; // done
+                    } else {
+                        met = pushes.len();
+                    }
                 }
-                // no push, no step: a solved start is optimal for both
-                report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
-                // layers without move pruning serve the moves pass as they are
-                if spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals && !pushes.is_empty() {
-                    let t0 = Instant::now();
-                    let result = moves_pass(&problem, backend, (forward, backward), cancel, report);
-                    report.moves_seconds = t0.elapsed().as_secs_f64();
-                    moves_pass_end(report, result);
+                SearchEnd::Solved { pushes } => {
+                    if !report.record_solution(&problem.board, pushes) {
+                        return Err(EngineError::Internal("the probe's pushes do not replay".into()));
+                    }
+                    report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
+                    // the layers are partial: the moves pass searches its own
+                    met = pushes.len();
                 }
-                met = pushes.len();
+                _ => {}
             }
             end = Some(found);
             Ok(())
         })?;
         report.record_stats(&totals);
         match end {
-            Some(SearchEnd::Met { .. }) => {
-                if spec.objective == Objective::PushesMoves && problem.pruning.pi_corrals && met > 0 {
+            Some(SearchEnd::Met { .. } | SearchEnd::Solved { .. }) => {
+                if spec.objective == Objective::PushesMoves && met > 0 {
                     let (patterns, tables, lower) = (&patterns, &tables, &lower);
                     let given = MovesSearch { board, spec, patterns, tables, lower, pushes: met };
                     moves_search::<K, D>(deployment, &given, cancel, progress, report);
                 }
                 return Ok(());
             }
-            Some(SearchEnd::Beyond { .. }) if spec.bound == BoundSpec::Iterate => limit = next_limit,
+            Some(SearchEnd::Beyond { .. }) if spec.bound == BoundSpec::Iterate => {
+                floor = limit.map(|l| l + 2);
+                limit = next_limit;
+            }
             Some(other) => {
                 report.record_unmet(&other);
                 if let (SearchEnd::Beyond { .. }, BoundSpec::Upper(u)) = (other, spec.bound) {
@@ -328,6 +369,82 @@ fn search<K: StateKey, D: Deployment>(
             }
             None => return Err(EngineError::Internal("the search reported no end".into())),
         }
+    }
+}
+
+/// The probe of one bound iteration (`probe.rs`), run in parts
+/// between the layered search's steps: once the layers hold
+/// [`PROBE_AFTER`] states (an iteration smaller than that is over before a
+/// probe could pay), and then after every step, each part going on until
+/// the probe stores as many states as the layers do, up to the spec's cap.
+/// The two searches so share the work about evenly whichever decides: the
+/// probe usually decides an iteration at the optimum (where the layers store
+/// every state with `d + h` equal to it, the probe a line of them), the
+/// layers one whose bound is too small (two frontiers exhaust it sooner
+/// than one).
+struct Probes<K> {
+    allowed: bool,
+    /// Layered states before the first part.
+    after: u64,
+    /// The probe, once started.
+    probe: Option<Probe<K>>,
+    /// The most states the probe may store.
+    cap: u64,
+    /// What the probe has done.
+    stats: SearchStats,
+    /// The probe decided the iteration.
+    decided: bool,
+}
+
+impl<K: StateKey> Probes<K> {
+    fn new(spec: &SolveSpec, allowed: bool, max_states: Option<u64>) -> Probes<K> {
+        let cap = spec.probe_states.min(max_states.unwrap_or(u64::MAX));
+        let after = spec.probe_after;
+        Probes { allowed: allowed && cap > 0, after, probe: None, cap, stats: SearchStats::default(), decided: false }
+    }
+
+    /// Runs the probe on while it stores fewer states than the layers: `Some`
+    /// when it decided the iteration.
+    fn between(
+        &mut self,
+        problem: &Problem<K>,
+        starts: &[K],
+        layers: &SearchStats,
+        cancel: &AtomicBool,
+        progress: &dyn Progress,
+    ) -> Result<Option<SearchEnd<K>>, EngineError> {
+        if !self.allowed || layers.stored < self.after {
+            return Ok(None);
+        }
+        let probe = match &mut self.probe {
+            Some(p) => p,
+            None => self.probe.insert(Probe::new(problem, starts)?),
+        };
+        let end = probe.run(problem, layers.stored.min(self.cap), cancel, progress)?;
+        let stats = probe_as_search(&probe.stats());
+        self.stats = stats;
+        if matches!(end, ProbeEnd::Found(_) | ProbeEnd::Exhausted) {
+            let found = matches!(end, ProbeEnd::Found(_));
+            tracing::info!(bound = problem.bound.as_ref().map(|b| b.limit), states = stats.stored, found, "probe done");
+        }
+        let decided = match end {
+            ProbeEnd::Found(pushes) => SearchEnd::Solved { pushes },
+            // nothing dropped and nothing left: no solution at all
+            ProbeEnd::Exhausted if stats.bound_pruned() == 0 => SearchEnd::Unsolvable { exhausted: Side::Forward },
+            ProbeEnd::Exhausted => SearchEnd::Beyond { bound: problem.bound.as_ref().map_or(0, |b| b.limit) },
+            ProbeEnd::Cancelled => return Ok(Some(SearchEnd::Cancelled)),
+            ProbeEnd::Budget => {
+                if layers.stored >= self.cap {
+                    // at its cap: the memory goes back to the layers
+                    tracing::info!(states = stats.stored, "probe stopped at its cap");
+                    self.allowed = false;
+                    self.probe = None;
+                }
+                return Ok(None);
+            }
+        };
+        self.decided = true;
+        Ok(Some(decided))
     }
 }
 
@@ -469,6 +586,17 @@ fn add(totals: &mut SearchStats, s: &SearchStats) {
     totals.excess.iter_mut().zip(s.excess).for_each(|(a, b)| *a += b);
 }
 
+/// Adds a probe's counters to the totals: its states, work and memory (held
+/// beside the layers' peak, `layers_peak`), not the layers' and the store's
+/// counts, which it has none of.
+fn add_probe(totals: &mut SearchStats, p: &SearchStats, layers_peak: u64) {
+    totals.stored += p.stored;
+    totals.generated += p.generated;
+    totals.expanded += p.expanded;
+    totals.peak_memory_bytes = totals.peak_memory_bytes.max(layers_peak + p.peak_memory_bytes);
+    totals.excess.iter_mut().zip(p.excess).for_each(|(a, b)| *a += b);
+}
+
 /// The next iteration's bound after one that ended below the optimum (in
 /// steps of two, the solutions' parity). While iterations at least double
 /// (`stats.stored` against the one before, `last`), the next one is the
@@ -503,6 +631,30 @@ fn next_bound(limit: u32, stats: &SearchStats, last: u64) -> u32 {
         step += 2;
     }
     limit.saturating_add(step as u32)
+}
+
+/// Layered states an iteration stores before its probe starts: an
+/// iteration smaller than that is over before a probe could pay.
+pub const PROBE_AFTER: u64 = 1 << 16;
+
+/// The largest budget of a probe by default, in states (1.3 GiB at
+/// [`PROBE_STATE_BYTES`] each).
+pub const PROBE_MAX: u64 = 1 << 25;
+
+/// What a probe's state takes in memory, about: its node and its slot in the
+/// index (for the widest keys, more).
+pub const PROBE_STATE_BYTES: u64 = 40;
+
+/// A probe's counters as a search's, for the totals and the next bound.
+fn probe_as_search(p: &ProbeStats) -> SearchStats {
+    SearchStats {
+        stored: p.stored,
+        generated: p.generated,
+        expanded: p.expanded,
+        peak_memory_bytes: p.memory_bytes,
+        excess: p.excess,
+        ..SearchStats::default()
+    }
 }
 
 /// The forward seeds (the start) and backward seeds (solved, player in each region).

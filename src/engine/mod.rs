@@ -8,6 +8,7 @@ pub mod layer;
 pub mod moves;
 pub mod partition;
 pub mod path;
+pub mod probe;
 pub mod report;
 pub mod search;
 
@@ -142,6 +143,23 @@ pub trait LowerBound: Send + Sync {
         let _ = (parent, from, to);
         self.estimate(side, child, player, cap)
     }
+
+    /// [`LowerBound::estimate_child`] that is the bound exactly when at most
+    /// `cap` (the probe orders states by it).
+    #[allow(clippy::too_many_arguments)]
+    fn estimate_child_exact(
+        &self,
+        side: Side,
+        parent: &[u16],
+        from: u16,
+        to: u16,
+        child: &[u16],
+        player: u16,
+        cap: u32,
+    ) -> u32 {
+        let _ = (parent, from, to);
+        self.estimate(side, child, player, cap)
+    }
 }
 
 impl LowerBound for crate::model::bounds::LowerBounds {
@@ -169,6 +187,20 @@ impl LowerBound for crate::model::bounds::LowerBounds {
             side == Side::Forward,
             cap,
         )
+    }
+
+    fn estimate_child_exact(
+        &self,
+        side: Side,
+        parent: &[u16],
+        from: u16,
+        to: u16,
+        child: &[u16],
+        player: u16,
+        cap: u32,
+    ) -> u32 {
+        let forward = side == Side::Forward;
+        crate::model::bounds::LowerBounds::estimate_child_exact(self, parent, from, to, child, player, forward, cap)
     }
 }
 
@@ -253,16 +285,55 @@ impl<K: StateKey> Problem<K> {
         excess: &mut Excess,
         mut emit: impl FnMut(K, BoxMove),
     ) {
+        self.expand_with(side, key, sc, depth, excess, false, |k, m, _| emit(k, m))
+    }
+
+    /// [`Problem::expand`] that also hands `emit` each successor's lower
+    /// bound `h`: exact ([`LowerBound::estimate_child_exact`]; 0 only with
+    /// every box on a goal forward, on a start square backward), or 0 when
+    /// the search is not bounded.
+    pub fn expand_scored(
+        &self,
+        side: Side,
+        key: &K,
+        sc: &mut Scratch,
+        depth: u32,
+        excess: &mut Excess,
+        emit: impl FnMut(K, BoxMove, u32),
+    ) {
+        self.expand_with(side, key, sc, depth, excess, true, emit)
+    }
+
+    /// The expansion, with `h` exact (`exact`) or only as good as the filter
+    /// needs (at most the cap exactly when the bound is).
+    #[allow(clippy::too_many_arguments)]
+    fn expand_with(
+        &self,
+        side: Side,
+        key: &K,
+        sc: &mut Scratch,
+        depth: u32,
+        excess: &mut Excess,
+        exact: bool,
+        mut emit: impl FnMut(K, BoxMove, u32),
+    ) {
         let mut boxes = std::mem::take(&mut sc.boxes);
         let player = key.decode_near(&self.space, &mut boxes, &mut sc.key_memo);
         let patterns = self.patterns.as_deref();
         let bound = self.bound.as_ref();
+        // the kept move's bound, from `keep` to `on_move` (called right after it)
+        let last_h = std::cell::Cell::new(0u32);
         let keep = |next: &[u16], from: u16, moved: u16, p: u16| {
             if patterns.is_some_and(|pc| pc.is_deadlock(side, next, moved, p)) {
                 return false;
             }
             let Some(b) = bound else { return true };
-            let h = b.lower.estimate_child(side, &boxes, from, moved, next, p, b.limit.saturating_sub(depth));
+            let cap = b.limit.saturating_sub(depth);
+            let h = if exact {
+                b.lower.estimate_child_exact(side, &boxes, from, moved, next, p, cap)
+            } else {
+                b.lower.estimate_child(side, &boxes, from, moved, next, p, cap)
+            };
             if h == u32::MAX {
                 return false; // dead: no goal (start) for every box
             }
@@ -271,9 +342,10 @@ impl<K: StateKey> Problem<K> {
                 excess[((f - b.limit) as usize).min(EXCESS_BINS) - 1] += 1;
                 return false;
             }
+            last_h.set(h);
             true
         };
-        let on_move = |next: &[u16], p: u16, m: BoxMove| emit(K::encode(&self.space, next, p), m);
+        let on_move = |next: &[u16], p: u16, m: BoxMove| emit(K::encode(&self.space, next, p), m, last_h.get());
         match side {
             Side::Forward => for_each_push_kept(&self.board, sc, &boxes, player, self.pruning, keep, on_move),
             Side::Backward => for_each_pull_kept(&self.board, sc, &boxes, player, self.pruning, keep, on_move),

@@ -72,6 +72,23 @@ pub struct BoundIteration {
     /// Successors the bound dropped.
     pub pruned: u64,
     pub seconds: f64,
+    /// Which search decided the iteration (found its solution or proved
+    /// there is none within the bound).
+    #[serde(default)]
+    pub search: IterationSearch,
+    /// States the iteration's probes stored (part of `states`).
+    #[serde(default)]
+    pub probe_states: u64,
+}
+
+/// What decided a bound iteration: the layered search from both sides, or a
+/// probe (`probe.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum IterationSearch {
+    #[default]
+    Layers,
+    Probe,
 }
 
 /// What a solution is optimal for.
@@ -193,7 +210,7 @@ impl SolveReport {
     /// recorded with [`SolveReport::record_solution`] once the path is rebuilt.
     pub fn record_unmet<K>(&mut self, end: &SearchEnd<K>) {
         match end {
-            SearchEnd::Met { .. } => {}
+            SearchEnd::Met { .. } | SearchEnd::Solved { .. } => {}
             SearchEnd::Unsolvable { exhausted } => {
                 self.status = Status::Unsolvable;
                 self.reason = Some(format!("the {} search ran dry", exhausted.name()));

@@ -52,6 +52,7 @@ use super::layer::{common_keys, expand, merge};
 use super::partition::{Exchange, PartitionStore, Partitioner};
 use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
+use crate::model::rules::BoxMove;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -76,6 +77,22 @@ pub struct LayerEvent {
 /// Receives progress; must be cheap.
 pub trait Progress: Sync {
     fn layer_done(&self, _event: &LayerEvent) {}
+    /// A probe's progress (`probe.rs`), now and then.
+    fn probe_step(&self, _event: &ProbeEvent) {}
+}
+
+/// A probe's progress.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct ProbeEvent {
+    /// The iteration's bound.
+    pub bound: Option<u32>,
+    /// States the probe stores.
+    pub stored: u64,
+    pub generated: u64,
+    /// The depth of the states last expanded.
+    pub depth: usize,
+    /// Since the probe started.
+    pub seconds: f64,
 }
 
 /// No progress output.
@@ -107,6 +124,10 @@ pub enum SearchEnd<K> {
     Limit,
     /// Bounded search: no solution has at most `bound` pushes.
     Beyond { bound: u32 },
+    /// A solution found between two steps by another search (the deep-first
+    /// probe), as pushes from the start; optimal, since it was asked for only
+    /// where no solution can be shorter.
+    Solved { pushes: Vec<BoxMove> },
 }
 
 /// Counters of a finished search.
@@ -328,6 +349,23 @@ pub fn bidirectional<K: StateKey>(
     limits: &Limits<'_>,
     progress: &dyn Progress,
 ) -> Result<(SearchEnd<K>, SearchStats), EngineError> {
+    bidirectional_with(backend, starts, goals, limits, progress, &mut |_| Ok(None))
+}
+
+/// What runs between two steps of a search: given the counters so far, it
+/// may end the search with its own answer (the driver's probes).
+pub type Between<'a, K> = dyn FnMut(&SearchStats) -> Result<Option<SearchEnd<K>>, EngineError> + 'a;
+
+/// [`bidirectional`] that asks `between` before every step whether the
+/// search is already decided.
+pub fn bidirectional_with<K: StateKey>(
+    backend: &mut dyn LayerBackend<K>,
+    starts: &[K],
+    goals: &[K],
+    limits: &Limits<'_>,
+    progress: &dyn Progress,
+    between: &mut Between<'_, K>,
+) -> Result<(SearchEnd<K>, SearchStats), EngineError> {
     let started = Instant::now();
     let mut stats = SearchStats::default();
     stats.stored += backend.seed(Side::Forward, starts)?;
@@ -364,6 +402,9 @@ pub fn bidirectional<K: StateKey>(
         }
         if limits.cancel.load(Ordering::Relaxed) {
             return Ok((SearchEnd::Cancelled, stats));
+        }
+        if let Some(end) = between(&stats)? {
+            return Ok((end, stats));
         }
         // grow the side whose frontier is smaller (Heiner's estimate of the next)
         let side = if ff <= fb { Side::Forward } else { Side::Backward };

@@ -173,6 +173,24 @@ impl LowerBounds {
         })
     }
 
+    /// [`LowerBounds::estimate_child`], exact when at most `cap`
+    /// ([`PushDistances::estimate_child_exact`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn estimate_child_exact(
+        &self,
+        parent: &[u16],
+        from: u16,
+        to: u16,
+        child: &[u16],
+        player: u16,
+        forward: bool,
+        cap: u32,
+    ) -> u32 {
+        self.with_pairs(child, player, forward, cap, |cap| {
+            self.distances.estimate_child_exact(parent, from, to, child, forward, cap)
+        })
+    }
+
     /// The pair penalties of `boxes` plus `matching(cap less them)`: at most
     /// `cap` exactly when the matching fits what the penalties leave of it.
     fn with_pairs(
@@ -211,6 +229,38 @@ impl PushDistances {
     /// path over the parent's dual potentials, which stay feasible for every
     /// other row (O(n^2) instead of a whole matching).
     pub fn estimate_child(&self, parent: &[u16], from: u16, to: u16, child: &[u16], forward: bool, cap: u32) -> u32 {
+        self.child_bound(parent, from, to, child, forward, cap, false)
+    }
+
+    /// [`PushDistances::estimate_child`] that, when at most `cap`, is the
+    /// child's bound exactly (what an order of states needs, not only a
+    /// filter): the parent's matching moved along with its box is taken as
+    /// the answer only when the box came one step nearer its target, where it
+    /// is the parent's optimum less one, which the child's optimum cannot be
+    /// below; otherwise the moved row is matched again.
+    pub fn estimate_child_exact(
+        &self,
+        parent: &[u16],
+        from: u16,
+        to: u16,
+        child: &[u16],
+        forward: bool,
+        cap: u32,
+    ) -> u32 {
+        self.child_bound(parent, from, to, child, forward, cap, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn child_bound(
+        &self,
+        parent: &[u16],
+        from: u16,
+        to: u16,
+        child: &[u16],
+        forward: bool,
+        cap: u32,
+        exact: bool,
+    ) -> u32 {
         let table = self.table(forward);
         let answer = PARENT.with(|c| {
             let mut c = c.borrow_mut();
@@ -223,7 +273,7 @@ impl PushDistances {
             let row = c.rows.iter().position(|&s| s == from)?;
             let col = c.solved.col_of(row);
             let (old, new) = (table[col * self.floor + from as usize], table[col * self.floor + to as usize]);
-            if new != FAR {
+            if new != FAR && (!exact || new as u32 + 1 == old as u32) {
                 let moved = c.value - old as u32 + new as u32;
                 if moved <= cap {
                     return Some(moved);

@@ -288,6 +288,25 @@ fn cluster_of_three_solves_like_local_mode() {
     };
     assert_eq!(counts(&g), counts(l), "iterations: cluster vs local");
     assert_eq!((&g["states"], &g["solution"]), (&l["states"], &l["solution"]));
+    // the probe runs in the coordinator beside the workers' layers, with the
+    // local answer: XSokoban #17, where it decides the last iteration
+    let xsokoban = repo("levels/XSokoban_90.xsb");
+    for extra in [&[][..], &["--no-probe"][..]] {
+        let args = [&["--level", "17", "--json", "--objective", "pushes"][..], extra].concat();
+        let o = c.cli(&[&["submit", xsokoban.to_str().unwrap()][..], &args].concat());
+        assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+        let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let l = &local_solve(&xsokoban, "17-17", &args[3..])[0];
+        let by = |v: &serde_json::Value| {
+            let its = v["iterations"].as_array().unwrap().iter();
+            its.map(|i| (i["bound"].as_u64(), i["search"].as_str().map(String::from), i["states"].as_u64()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(by(&g), by(l), "XSokoban #17 {extra:?}: cluster vs local");
+        assert_eq!((&g["pushes"], &g["solution"]), (&l["pushes"], &l["solution"]), "XSokoban #17 {extra:?}");
+        let last = by(&g).last().unwrap().1.clone().unwrap();
+        assert_eq!(last, if extra.is_empty() { "probe" } else { "layers" }, "{g}");
+    }
     // one iteration below the optimum: no solution within it, exit 1
     let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "1", "--json", "--upper-bound", "7"]);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());

@@ -11,6 +11,7 @@ mod deploy;
 mod engine;
 mod kpg;
 mod moves;
+mod probe;
 mod reference;
 mod rules;
 mod storage;

@@ -7,10 +7,12 @@ use super::super::ClusterError;
 use super::backend::{ClusterBackend, Phase};
 use super::tables::{tables_for, tables_path};
 use super::{Kind, Shared, State};
-use crate::engine::driver::{solve, BoundSpec, Deployment, Objective, Observers, Pass, SolveSpec, TableSource};
+use crate::engine::driver::{
+    solve, BoundSpec, Deployment, Objective, Observers, Pass, SolveSpec, TableSource, PROBE_AFTER, PROBE_MAX,
+};
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::report::SolveReport;
-use crate::engine::search::{LayerBackend, LayerEvent, NoProgress, Progress};
+use crate::engine::search::{LayerBackend, LayerEvent, NoProgress, ProbeEvent, Progress};
 use crate::engine::{EngineError, Problem};
 use crate::model::board::Board;
 use crate::model::key::StateKey;
@@ -67,6 +69,8 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         },
         pair_penalties: !rec.options.no_pair_penalties,
         objective: if rec.options.pushes_only { Objective::Pushes } else { Objective::PushesMoves },
+        probe_states: if rec.options.no_probe { 0 } else { PROBE_MAX },
+        probe_after: PROBE_AFTER,
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
         // the deadline counts the time already run before a coordinator restart
         deadline: (rec.options.timeout > 0.0)
@@ -252,5 +256,8 @@ impl Progress for JobProgress {
             seconds = e.seconds,
             "layer done"
         );
+    }
+    fn probe_step(&self, e: &ProbeEvent) {
+        tracing::info!(job = self.id, bound = e.bound, depth = e.depth, stored = e.stored, "probe step");
     }
 }

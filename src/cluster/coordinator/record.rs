@@ -4,7 +4,7 @@
 
 use super::super::proto::{BoundIteration, JobKind, JobOptions, JobState, SolveResult};
 use super::super::ClusterError;
-use crate::engine::report::SolveReport;
+use crate::engine::report::{IterationSearch, SolveReport};
 use crate::engine::Side;
 use crate::model::key::KeyWidth;
 use serde::{Deserialize, Serialize};
@@ -90,6 +90,9 @@ pub struct Settings {
     /// The fewest pushes only, without the moves pass.
     #[serde(default)]
     pub pushes_only: bool,
+    /// No probes.
+    #[serde(default)]
+    pub no_probe: bool,
 }
 
 impl From<&Settings> for JobOptions {
@@ -105,6 +108,7 @@ impl From<&Settings> for JobOptions {
             upper_bound: s.upper_bound,
             no_pair_penalties: s.no_pair_penalties,
             pushes_only: s.pushes_only,
+            no_probe: s.no_probe,
         }
     }
 }
@@ -122,6 +126,7 @@ impl From<JobOptions> for Settings {
             upper_bound: o.upper_bound,
             no_pair_penalties: o.no_pair_penalties,
             pushes_only: o.pushes_only,
+            no_probe: o.no_probe,
         }
     }
 }
@@ -238,6 +243,8 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
                 generated: i.generated,
                 pruned: i.pruned,
                 seconds: i.seconds,
+                probe: i.search == IterationSearch::Probe,
+                probe_states: i.probe_states,
             })
             .collect(),
     }

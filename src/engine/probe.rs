@@ -1,0 +1,341 @@
+//! The probe: one bound iteration searched best state first, in memory and
+//! within a budget, for the iteration whose bound is already known to be at
+//! most the optimum. There a solution of at most `U` pushes is optimal
+//! whatever order found it, and the layered search's completeness (every
+//! layer whole before the next) buys nothing: it stores every state with
+//! `d + h <= U`, nearly all of them with `d + h = U` exactly (on XSokoban #7,
+//! 5.86 million of them at `U` = 88 against about 20 thousand below it),
+//! while a search that follows the state nearest the goal first runs down
+//! one line of states that keep `d + h <= U` and reaches the goal after a few
+//! tens of thousands.
+//!
+//! # What it answers
+//!
+//! From the start it expands, in batches, the open states of the smallest
+//! remaining bound `h` (the deepest first among equals; greedy best-first,
+//! which on the XSokoban levels found solutions with fewer states than
+//! deepest-first or A*'s order, measured in `docs/benchmarks.md`), pushing forward under the
+//! problem's prunings and its bound `U` (a successor at depth `d` is kept only
+//! if `d + h <= U`, as in the layered search). A state found again by a
+//! shorter path gets the shorter depth and is expanded again (a
+//! label-correcting search), so when nothing is left open every kept state
+//! holds its least depth in the pruned graph. Then:
+//!
+//! - **found**: a successor with every box on a goal (`h = 0`) ends the probe
+//!   with its path, a real solution of at most `U` pushes;
+//! - **exhausted**: nothing is left open and no goal was reached, which proves
+//!   that no solution has at most `U` pushes: the states of the optimal
+//!   solution the prunings keep (see `search.rs`) all pass the bound at their
+//!   true depths when `U` is at least the optimum, each is generated from the
+//!   one before once that one holds its true depth, and a state's depth only
+//!   ever falls to its least one, so the goal would have been reached;
+//! - **budget** or **cancelled**: stopped, nothing proven.
+//!
+//! The driver asks it only for a bound that is at most the optimum, so that
+//! a found solution is an optimal one; the answer does not depend on the
+//! number of threads (the batches are fixed in size and merged in order),
+//! nor on how a run is cut into parts ([`Probe::run`] goes on where the last
+//! part stopped).
+
+use super::search::{NoProgress, ProbeEvent, Progress};
+use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
+use crate::model::key::StateKey;
+use crate::model::rules::{BoxMove, Scratch};
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// States expanded together, on every thread; fixed, so that the order of
+/// the search (and the solution found) does not depend on the thread count.
+const BATCH: usize = 64;
+
+/// No parent: a start state.
+const ROOT: u32 = u32::MAX;
+
+/// How a probe ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeEnd {
+    /// A solution of at most the bound's pushes, as pushes from the start.
+    Found(Vec<BoxMove>),
+    /// Every state within the bound was searched: no solution within it.
+    Exhausted,
+    /// The budget of stored states ran out first.
+    Budget,
+    /// Stopped by the cancel flag.
+    Cancelled,
+}
+
+/// Counters of a probe.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeStats {
+    /// Distinct states stored.
+    pub stored: u64,
+    pub generated: u64,
+    pub expanded: u64,
+    /// Expansions of a state found again by a shorter path.
+    pub reopened: u64,
+    /// Successors the bound dropped, by how far over it they were.
+    pub excess: Excess,
+    /// Memory the probe's states and index held at the end (an estimate).
+    pub memory_bytes: u64,
+}
+
+impl Default for ProbeStats {
+    fn default() -> Self {
+        ProbeStats { stored: 0, generated: 0, expanded: 0, reopened: 0, excess: [0; EXCESS_BINS], memory_bytes: 0 }
+    }
+}
+
+/// One stored state: its key, the state it was reached from and the push.
+struct Node<K> {
+    key: K,
+    parent: u32,
+    depth: u32,
+    push: BoxMove,
+}
+
+/// A successor found by a batch: the state, its bound and where it came from.
+struct Found<K> {
+    key: K,
+    push: BoxMove,
+    h: u32,
+    parent: u32,
+    /// The parent's order (its `d + h`, at least its own parent's).
+    parent_f: u32,
+}
+
+/// The open states, taken in the order of their remaining bound `f - d`
+/// (smallest first: the state that looks nearest the goal), the deepest
+/// first among equals; an entry whose node has since got a smaller depth is
+/// stale and skipped.
+struct Open {
+    /// (f - d, u32::MAX - d) -> a stack of nodes at that depth.
+    queue: BTreeMap<(u32, u32), Vec<u32>>,
+    /// The depth of the entries last taken.
+    depth: usize,
+}
+
+impl Open {
+    fn push(&mut self, depth: u32, f: u32, node: u32) {
+        self.queue.entry((f - depth, u32::MAX - depth)).or_default().push(node);
+    }
+
+    /// Up to `n` entries of the first key, as (node, depth, f).
+    fn take(&mut self, n: usize, out: &mut Vec<(u32, u32, u32)>) {
+        out.clear();
+        let Some(mut slot) = self.queue.first_entry() else { return };
+        let (rest, depth) = *slot.key();
+        let depth = u32::MAX - depth;
+        self.depth = depth as usize;
+        let stack = slot.get_mut();
+        while out.len() < n {
+            let Some(node) = stack.pop() else { break };
+            out.push((node, depth, rest + depth));
+        }
+        if stack.is_empty() {
+            slot.remove();
+        }
+    }
+}
+
+/// A probe in progress: its states, open lists and counters, so that the
+/// driver can run it in parts between the layered search's steps and each
+/// part goes on where the last stopped.
+pub struct Probe<K> {
+    nodes: Vec<Node<K>>,
+    index: FxHashMap<K, u32>,
+    open: Open,
+    scratch: Vec<(Scratch, Excess)>,
+    outs: Vec<Vec<Found<K>>>,
+    stats: ProbeStats,
+    /// Set once found or exhausted: every later run answers the same.
+    over: Option<ProbeEnd>,
+    started: Instant,
+}
+
+/// Expansions between two progress reports.
+const REPORT_EVERY: u64 = 1 << 16;
+
+impl<K: StateKey> Probe<K> {
+    /// A probe of the bounded `problem` from `starts`, nothing expanded yet.
+    pub fn new(problem: &Problem<K>, starts: &[K]) -> Result<Probe<K>, EngineError> {
+        let Some(bound) = &problem.bound else {
+            return Err(EngineError::Internal("the probe needs a bounded problem".into()));
+        };
+        let board = &problem.board;
+        let threads = rayon::current_num_threads().max(1);
+        let mut p = Probe {
+            nodes: Vec::new(),
+            index: FxHashMap::default(),
+            open: Open { queue: BTreeMap::new(), depth: 0 },
+            scratch: (0..threads).map(|_| (Scratch::new(board), [0; EXCESS_BINS])).collect(),
+            outs: (0..threads).map(|_| Vec::new()).collect(),
+            stats: ProbeStats::default(),
+            over: None,
+            started: Instant::now(),
+        };
+        let mut boxes = Vec::new();
+        for &key in starts {
+            let player = problem.decode(&key, &mut boxes);
+            if boxes.iter().all(|&b| board.is_goal[b as usize]) {
+                p.over = Some(ProbeEnd::Found(Vec::new()));
+                return Ok(p);
+            }
+            if p.index.contains_key(&key) {
+                continue;
+            }
+            let h = bound.lower.estimate(Side::Forward, &boxes, player, bound.limit);
+            if h > bound.limit {
+                continue;
+            }
+            let id = p.nodes.len() as u32;
+            p.index.insert(key, id);
+            p.open.push(0, h, id);
+            p.nodes.push(Node { key, parent: ROOT, depth: 0, push: BoxMove { from: 0, dir: 0 } });
+        }
+        Ok(p)
+    }
+
+    /// Searches on until a goal, exhaustion, `budget` stored states in all
+    /// (so a later run with a larger budget goes on) or `cancel`.
+    pub fn run(
+        &mut self,
+        problem: &Problem<K>,
+        budget: u64,
+        cancel: &AtomicBool,
+        progress: &dyn Progress,
+    ) -> Result<ProbeEnd, EngineError> {
+        if let Some(end) = &self.over {
+            return Ok(end.clone());
+        }
+        let limit = problem.bound.as_ref().map(|b| b.limit);
+        let (mut taken, mut batch) = (Vec::new(), Vec::new());
+        let mut next_report = self.stats.expanded + REPORT_EVERY;
+        let end = loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(ProbeEnd::Cancelled);
+            }
+            if self.nodes.len() as u64 >= budget {
+                return Ok(ProbeEnd::Budget);
+            }
+            if self.stats.expanded >= next_report {
+                next_report = self.stats.expanded + REPORT_EVERY;
+                progress.probe_step(&ProbeEvent {
+                    bound: limit,
+                    stored: self.nodes.len() as u64,
+                    generated: self.stats.generated,
+                    depth: self.open.depth,
+                    seconds: self.started.elapsed().as_secs_f64(),
+                });
+            }
+            // the batch: the deepest open states that still hold that depth
+            batch.clear();
+            while batch.is_empty() {
+                self.open.take(BATCH, &mut taken);
+                if taken.is_empty() {
+                    break;
+                }
+                let nodes = &self.nodes;
+                batch.extend(
+                    taken
+                        .iter()
+                        .filter(|&&(n, d, _)| nodes[n as usize].depth == d)
+                        .map(|&(n, d, f)| (n, d, f, nodes[n as usize].key)),
+                );
+            }
+            if batch.is_empty() {
+                break ProbeEnd::Exhausted;
+            }
+            self.stats.expanded += batch.len() as u64;
+            let per = batch.len().div_ceil(self.scratch.len());
+            batch.par_chunks(per).zip(self.scratch.par_iter_mut()).zip(self.outs.par_iter_mut()).for_each(
+                |((chunk, (sc, excess)), out)| {
+                    out.clear();
+                    for &(node, depth, parent_f, key) in chunk {
+                        problem.expand_scored(Side::Forward, &key, sc, depth + 1, excess, |key, push, h| {
+                            out.push(Found { key, push, h, parent: node, parent_f })
+                        });
+                    }
+                },
+            );
+            // merged in batch order: the same order whatever the thread count
+            if let Some(pushes) = self.merge() {
+                break ProbeEnd::Found(pushes);
+            }
+        };
+        self.over = Some(end.clone());
+        Ok(end)
+    }
+
+    /// Takes the batch's successors into the index and the open lists; the
+    /// path to a goal if one was among them.
+    fn merge(&mut self) -> Option<Vec<BoxMove>> {
+        let (nodes, index, open, stats) = (&mut self.nodes, &mut self.index, &mut self.open, &mut self.stats);
+        for found in self.outs.iter_mut().flat_map(|o| o.drain(..)) {
+            stats.generated += 1;
+            let depth = nodes[found.parent as usize].depth + 1;
+            if found.h == 0 {
+                // every box on a goal (a box's matched distance is 0 only there)
+                let mut pushes = vec![found.push];
+                let mut at = found.parent;
+                while nodes[at as usize].parent != ROOT {
+                    pushes.push(nodes[at as usize].push);
+                    at = nodes[at as usize].parent;
+                }
+                pushes.reverse();
+                return Some(pushes);
+            }
+            // a state's order is at least its parent's (the parent's bound less
+            // one is a bound of the child too)
+            let f = (depth + found.h).max(found.parent_f);
+            match index.entry(found.key) {
+                Entry::Vacant(v) => {
+                    let id = nodes.len() as u32;
+                    v.insert(id);
+                    nodes.push(Node { key: found.key, parent: found.parent, depth, push: found.push });
+                    open.push(depth, f, id);
+                }
+                Entry::Occupied(o) => {
+                    let id = *o.get();
+                    let node = &mut nodes[id as usize];
+                    if depth < node.depth {
+                        (node.depth, node.parent, node.push) = (depth, found.parent, found.push);
+                        stats.reopened += 1;
+                        open.push(depth, f, id);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The counters so far, with the bound's drops summed and the memory
+    /// estimated.
+    pub fn stats(&self) -> ProbeStats {
+        let mut stats = self.stats;
+        stats.stored = self.nodes.len() as u64;
+        for (_, excess) in &self.scratch {
+            stats.excess.iter_mut().zip(excess).for_each(|(a, b)| *a += b);
+        }
+        let node = std::mem::size_of::<Node<K>>() as u64;
+        let slot = (std::mem::size_of::<K>() + std::mem::size_of::<u32>() + 1) as u64;
+        stats.memory_bytes = self.nodes.capacity() as u64 * node + self.index.capacity() as u64 * slot;
+        stats
+    }
+}
+
+/// One probe run whole: from `starts` until a goal, exhaustion, `budget`
+/// stored states or `cancel`.
+pub fn probe<K: StateKey>(
+    problem: &Problem<K>,
+    starts: &[K],
+    budget: u64,
+    cancel: &AtomicBool,
+) -> Result<(ProbeEnd, ProbeStats), EngineError> {
+    let mut p = Probe::new(problem, starts)?;
+    let end = p.run(problem, budget, cancel, &NoProgress)?;
+    Ok((end, p.stats()))
+}

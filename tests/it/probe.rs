@@ -1,0 +1,167 @@
+//! The probe: a solution it finds is optimal, an exhausted probe
+//! proves its bound too small, a probe out of budget hands over to the
+//! layered search, and none of it changes an answer.
+
+use crate::common::{for_levels, level_with_boxes, repo};
+use crate::reference::reference_pushes;
+use proptest::prelude::*;
+use sokoshard::engine::driver::seeds;
+use sokoshard::engine::probe::{probe, ProbeEnd};
+use sokoshard::engine::report::IterationSearch;
+use sokoshard::engine::search::NoProgress;
+use sokoshard::engine::{Bound, LowerBound, Problem};
+use sokoshard::model::board::Board;
+use sokoshard::model::bounds::LowerBounds;
+use sokoshard::model::rules::Pruning;
+use sokoshard::model::solution::verify;
+use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// A solve whose probe starts before the first layered step (these levels
+/// are far smaller than the default start), with at most `probe_states`.
+fn solve_with(board: &Board, probe_states: u64) -> SolveReport {
+    let opts = SolveOptions { partitions: 8, probe_states, probe_after: 0, ..Default::default() };
+    solve_local(Arc::new(board.clone()), &opts, &AtomicBool::new(false), &NoProgress).unwrap()
+}
+
+/// The probe asked directly, on the level's own problem (PI-corrals on, as a
+/// solve has them) under the bound `limit`.
+fn probe_at(board: &Board, limit: u32, budget: u64) -> ProbeEnd {
+    let lower: Arc<dyn LowerBound> = Arc::new(LowerBounds::new(board, true));
+    let problem =
+        Problem::<u64>::full(Arc::new(board.clone()), Pruning::SOLVE, None).with_bound(Some(Bound { lower, limit }));
+    let (starts, _) = seeds(&problem);
+    probe(&problem, &starts, budget, &AtomicBool::new(false)).unwrap().0
+}
+
+/// On random levels the probe, asked at the optimum, finds a solution of
+/// exactly that many pushes that replays; asked two below it (the parity's
+/// next bound down), it never finds one; and on unsolvable levels it never
+/// finds one at any bound.
+#[test]
+fn a_probe_finds_only_optimal_solutions_and_exhausts_below_the_optimum() {
+    let tally = for_levels(300, level_with_boxes(1, 4), |text, board| {
+        prop_assume!(board.unsolvable.is_none());
+        prop_assume!(board.keyspace.width == sokoshard::model::key::KeyWidth::U64);
+        let expect = reference_pushes(text);
+        match expect {
+            Some(n) => {
+                match probe_at(&board, n as u32, u64::MAX) {
+                    ProbeEnd::Found(pushes) => {
+                        prop_assert_eq!(pushes.len(), n, "{}", text);
+                        let lurd = sokoshard::model::solution::pushes_to_lurd(&board, &pushes).unwrap();
+                        let level = sokoshard::model::level::parse_one(text, "gen").unwrap();
+                        let v = verify(&level, &lurd);
+                        prop_assert!(v.valid && v.pushes == n, "{}: {:?}", text, v);
+                    }
+                    other => prop_assert!(false, "{}: at the optimum {} the probe ended {:?}", text, n, other),
+                }
+                if n >= 2 {
+                    let below = probe_at(&board, n as u32 - 2, u64::MAX);
+                    prop_assert_eq!(below, ProbeEnd::Exhausted, "{}: two below the optimum {}", text, n);
+                }
+            }
+            None => {
+                for limit in [0, 7, 40] {
+                    let end = probe_at(&board, limit, u64::MAX);
+                    prop_assert_eq!(end, ProbeEnd::Exhausted, "{}: unsolvable, bound {}", text, limit);
+                }
+            }
+        }
+        Ok(Some(expect.is_some()))
+    });
+    eprintln!("a_probe_finds_only_optimal_solutions_and_exhausts_below_the_optimum: {tally:?}");
+    tally.assert_covers(300, 0.07, true);
+}
+
+/// Solves with probes (the default), without, and with probes of three
+/// states (which run out at once and hand over to the layers) give the
+/// reference's answer; and the probes really decide many of the levels.
+#[test]
+fn probes_never_change_an_answer() {
+    let decided = std::sync::atomic::AtomicUsize::new(0);
+    let tally = for_levels(300, level_with_boxes(1, 4), |text, board| {
+        let expect = reference_pushes(text);
+        let answer = |r: &SolveReport| (r.status, r.pushes);
+        let want = match expect {
+            Some(n) => (Status::Solved, Some(n)),
+            None => (Status::Unsolvable, None),
+        };
+        let with = solve_with(&board, sokoshard::engine::driver::PROBE_MAX);
+        prop_assert_eq!(answer(&with), want, "{}: with probes", text);
+        prop_assert_eq!(answer(&solve_with(&board, 0)), want, "{}: without probes", text);
+        let starved = solve_with(&board, 3);
+        prop_assert_eq!(answer(&starved), want, "{}: probes of three states", text);
+        if with.iterations.last().is_some_and(|i| i.search == IterationSearch::Probe) {
+            decided.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(Some(expect.is_some()))
+    });
+    eprintln!("probes_never_change_an_answer: {tally:?}, {decided:?} decided by a probe");
+    tally.assert_covers(300, 0.07, true);
+    // the probe decides iterations at the optimum, so solvable levels: at
+    // least a third of them (about half, measured)
+    let decided = decided.into_inner();
+    assert!(decided * 3 >= tally.solvable, "the probes decided {decided} of {} solvable levels", tally.solvable);
+}
+
+fn cli(args: &[&str]) -> (i32, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(args).output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let v = serde_json::from_str(stdout.lines().next().unwrap_or("null")).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn iterations(v: &serde_json::Value) -> Vec<(u64, String)> {
+    v["iterations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["bound"].as_u64().unwrap(), i["search"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// XSokoban #7 (88 pushes): without the probe the layered search stores 5.9
+/// million states in its last iteration, nearly all at `d + h = 88`. The
+/// layers prove 82, 84 and 86 too small (each too small for a probe to
+/// start), and at 88 the probe, run beside the layers, finds an optimal
+/// solution after tens of thousands of states.
+#[test]
+fn xsokoban_7_is_proven_by_the_probe_after_three_bounds_without_a_solution() {
+    let file = repo("levels/XSokoban_90.xsb");
+    let (code, v) = cli(&["solve", file.to_str().unwrap(), "--level", "7", "--objective", "pushes", "--json"]);
+    assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(88)), "{v}");
+    let by = |b: u64, s: &str| (b, s.to_string());
+    let want = vec![by(82, "layers"), by(84, "layers"), by(86, "layers"), by(88, "probe")];
+    assert_eq!(iterations(&v), want, "{v}");
+    assert!(v["states"].as_u64().unwrap() < 200_000, "{v}");
+    let solution = v["solution"].as_str().unwrap();
+    let (code, check) = cli(&["verify", file.to_str().unwrap(), "--level", "7", "--solution", solution, "--json"]);
+    assert_eq!((code, &check["pushes"]), (0, &serde_json::json!(88)), "{check}");
+}
+
+/// `--no-probe` searches every iteration in layers, with the same answer;
+/// and the probe's solution is the same on one thread and on two (XSokoban
+/// #17, 213 pushes: the probe decides the last iteration).
+#[test]
+fn no_probe_flag_and_thread_count() {
+    let file = repo("levels/XSokoban_90.xsb");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["solve", file.to_str().unwrap(), "--level", "17", "--objective", "pushes", "--json"];
+        args.extend_from_slice(extra);
+        let (code, v) = cli(&args);
+        assert_eq!(code, 0, "{v}");
+        v
+    };
+    let probed = run(&[]);
+    let layered = run(&["--no-probe"]);
+    assert_eq!(probed["pushes"], layered["pushes"]);
+    assert!(iterations(&layered).iter().all(|(_, s)| s == "layers"), "{layered}");
+    assert_eq!(iterations(&probed).last().unwrap().1, "probe", "{probed}");
+    let one = run(&["--threads", "1"]);
+    let two = run(&["--threads", "2"]);
+    assert_eq!(one["solution"], two["solution"]);
+    assert_eq!(one["states"], two["states"]);
+}
