@@ -73,7 +73,7 @@ pub struct SolveSpec {
     /// The fewest pushes, or the fewest pushes and then moves (the default).
     pub objective: Objective,
     /// The most states a probe may store (0: no probes); see
-    /// [`Probes`].
+    /// `Probes` below.
     pub probe_states: u64,
     /// Layered states an iteration stores before its probe starts
     /// ([`PROBE_AFTER`] by default).

@@ -13,6 +13,7 @@ pub mod report;
 pub mod search;
 
 use crate::model::board::Board;
+use crate::model::bounds::Child;
 use crate::model::key::{KeySpace, StateKey};
 use crate::model::rules::{
     for_each_pull, for_each_pull_kept, for_each_push, for_each_push_kept, BoxMove, Pruning, Scratch,
@@ -126,39 +127,15 @@ pub trait LowerBound: Send + Sync {
     /// any square of the player's region.
     fn estimate(&self, side: Side, boxes: &[u16], player: u16, cap: u32) -> u32;
 
-    /// The same question of a successor of `parent` whose box moved from
-    /// `from` to `to`: a value at most `cap` exactly when the bound is, and
-    /// above `cap` a lower bound; an implementation may reuse the parent's work.
-    #[allow(clippy::too_many_arguments)]
-    fn estimate_child(
-        &self,
-        side: Side,
-        parent: &[u16],
-        from: u16,
-        to: u16,
-        child: &[u16],
-        player: u16,
-        cap: u32,
-    ) -> u32 {
-        let _ = (parent, from, to);
-        self.estimate(side, child, player, cap)
-    }
-
-    /// [`LowerBound::estimate_child`] that is the bound exactly when at most
-    /// `cap` (the probe orders states by it).
-    #[allow(clippy::too_many_arguments)]
-    fn estimate_child_exact(
-        &self,
-        side: Side,
-        parent: &[u16],
-        from: u16,
-        to: u16,
-        child: &[u16],
-        player: u16,
-        cap: u32,
-    ) -> u32 {
-        let _ = (parent, from, to);
-        self.estimate(side, child, player, cap)
+    /// The same question of a successor (`child`, whose box moved from
+    /// `child.from` to `child.to`): a value at most `cap` exactly when the
+    /// bound is, and above `cap` a lower bound; an implementation may reuse
+    /// the parent's work. With `exact`, a value at most `cap` is the bound
+    /// itself (the probe orders states by it), not only on the right side of
+    /// the cap.
+    fn estimate_child(&self, side: Side, child: &Child<'_>, cap: u32, exact: bool) -> u32 {
+        let _ = exact;
+        self.estimate(side, child.boxes, child.player, cap)
     }
 }
 
@@ -167,40 +144,8 @@ impl LowerBound for crate::model::bounds::LowerBounds {
         self.estimate_capped(boxes, player, side == Side::Forward, cap)
     }
 
-    fn estimate_child(
-        &self,
-        side: Side,
-        parent: &[u16],
-        from: u16,
-        to: u16,
-        child: &[u16],
-        player: u16,
-        cap: u32,
-    ) -> u32 {
-        crate::model::bounds::LowerBounds::estimate_child(
-            self,
-            parent,
-            from,
-            to,
-            child,
-            player,
-            side == Side::Forward,
-            cap,
-        )
-    }
-
-    fn estimate_child_exact(
-        &self,
-        side: Side,
-        parent: &[u16],
-        from: u16,
-        to: u16,
-        child: &[u16],
-        player: u16,
-        cap: u32,
-    ) -> u32 {
-        let forward = side == Side::Forward;
-        crate::model::bounds::LowerBounds::estimate_child_exact(self, parent, from, to, child, player, forward, cap)
+    fn estimate_child(&self, side: Side, child: &Child<'_>, cap: u32, exact: bool) -> u32 {
+        crate::model::bounds::LowerBounds::estimate_child(self, child, side == Side::Forward, cap, exact)
     }
 }
 
@@ -289,7 +234,7 @@ impl<K: StateKey> Problem<K> {
     }
 
     /// [`Problem::expand`] that also hands `emit` each successor's lower
-    /// bound `h`: exact ([`LowerBound::estimate_child_exact`]; 0 only with
+    /// bound `h`: exact ([`LowerBound::estimate_child`] with `exact`; 0 only with
     /// every box on a goal forward, on a start square backward), or 0 when
     /// the search is not bounded.
     pub fn expand_scored(
@@ -329,11 +274,8 @@ impl<K: StateKey> Problem<K> {
             }
             let Some(b) = bound else { return true };
             let cap = b.limit.saturating_sub(depth);
-            let h = if exact {
-                b.lower.estimate_child_exact(side, &boxes, from, moved, next, p, cap)
-            } else {
-                b.lower.estimate_child(side, &boxes, from, moved, next, p, cap)
-            };
+            let child = Child { parent: &boxes, from, to: moved, boxes: next, player: p };
+            let h = b.lower.estimate_child(side, &child, cap, exact);
             if h == u32::MAX {
                 return false; // dead: no goal (start) for every box
             }

@@ -110,6 +110,18 @@ impl PushDistances {
     }
 }
 
+/// A successor asked about: `boxes` (sorted) and `player` (a square of its
+/// player region), reached from `parent` by the box that moved from `from`
+/// to `to`.
+#[derive(Debug, Clone, Copy)]
+pub struct Child<'a> {
+    pub parent: &'a [u16],
+    pub from: u16,
+    pub to: u16,
+    pub boxes: &'a [u16],
+    pub player: u16,
+}
+
 /// The bounded search's lower bound: the matching of [`PushDistances`] plus,
 /// where the board is small enough for them, the [`PairPenalties`] of disjoint
 /// pairs of boxes (why the sum is still a lower bound is in `pairs.rs`).
@@ -155,39 +167,10 @@ impl LowerBounds {
         self.with_pairs(boxes, player, forward, cap, |cap| self.distances.estimate_capped(boxes, forward, cap))
     }
 
-    /// [`PushDistances::estimate_child`] with the child's pair penalties added
-    /// (`player`: a square of the child's player region).
-    #[allow(clippy::too_many_arguments)]
-    pub fn estimate_child(
-        &self,
-        parent: &[u16],
-        from: u16,
-        to: u16,
-        child: &[u16],
-        player: u16,
-        forward: bool,
-        cap: u32,
-    ) -> u32 {
-        self.with_pairs(child, player, forward, cap, |cap| {
-            self.distances.estimate_child(parent, from, to, child, forward, cap)
-        })
-    }
-
-    /// [`LowerBounds::estimate_child`], exact when at most `cap`
-    /// ([`PushDistances::estimate_child_exact`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn estimate_child_exact(
-        &self,
-        parent: &[u16],
-        from: u16,
-        to: u16,
-        child: &[u16],
-        player: u16,
-        forward: bool,
-        cap: u32,
-    ) -> u32 {
-        self.with_pairs(child, player, forward, cap, |cap| {
-            self.distances.estimate_child_exact(parent, from, to, child, forward, cap)
+    /// [`PushDistances::child_bound`] with the child's pair penalties added.
+    pub fn estimate_child(&self, c: &Child<'_>, forward: bool, cap: u32, exact: bool) -> u32 {
+        self.with_pairs(c.boxes, c.player, forward, cap, |cap| {
+            self.distances.child_bound(c.parent, c.from, c.to, c.boxes, forward, cap, exact)
         })
     }
 
@@ -232,26 +215,15 @@ impl PushDistances {
         self.child_bound(parent, from, to, child, forward, cap, false)
     }
 
-    /// [`PushDistances::estimate_child`] that, when at most `cap`, is the
-    /// child's bound exactly (what an order of states needs, not only a
-    /// filter): the parent's matching moved along with its box is taken as
-    /// the answer only when the box came one step nearer its target, where it
-    /// is the parent's optimum less one, which the child's optimum cannot be
-    /// below; otherwise the moved row is matched again.
-    pub fn estimate_child_exact(
-        &self,
-        parent: &[u16],
-        from: u16,
-        to: u16,
-        child: &[u16],
-        forward: bool,
-        cap: u32,
-    ) -> u32 {
-        self.child_bound(parent, from, to, child, forward, cap, true)
-    }
-
+    /// [`PushDistances::estimate_child`], and with `exact` a value that, when
+    /// at most `cap`, is the child's bound exactly (what an order of states
+    /// needs, not only a filter): the parent's matching moved along with its
+    /// box is then taken as the answer only when the box came one step nearer
+    /// its target, where it is the parent's optimum less one, which the
+    /// child's optimum cannot be below; otherwise the moved row is matched
+    /// again.
     #[allow(clippy::too_many_arguments)]
-    fn child_bound(
+    pub(crate) fn child_bound(
         &self,
         parent: &[u16],
         from: u16,
