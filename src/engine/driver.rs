@@ -312,35 +312,32 @@ fn search<K: StateKey, D: Deployment>(
                     found
                 }
             };
-            match &found {
+            // the solution and, when the layers met, their depths
+            let solved = match &found {
                 SearchEnd::Met { key, forward, backward } => {
-                    let (forward, backward) = (*forward, *backward);
-                    let pushes = rebuild(&problem, backend, *key, forward, backward)?;
-                    if !report.record_solution(&problem.board, &pushes) {
-                        return Err(EngineError::Internal("rebuilt pushes do not replay".into()));
-                    }
-                    // no push, no step: a solved start is optimal for both
-                    report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
-                    // layers without move pruning serve the moves pass as they are
-                    if spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals && !pushes.is_empty() {
-                        let t0 = Instant::now();
-                        let result = moves_pass(&problem, backend, (forward, backward), cancel, report);
-                        report.moves_seconds = t0.elapsed().as_secs_f64();
-                        moves_pass_end(report, result);
-                        met = 0; // done
-                    } else {
-                        met = pushes.len();
-                    }
+                    Some((rebuild(&problem, backend, *key, *forward, *backward)?, Some((*forward, *backward))))
                 }
-                SearchEnd::Solved { pushes } => {
-                    if !report.record_solution(&problem.board, pushes) {
-                        return Err(EngineError::Internal("the probe's pushes do not replay".into()));
-                    }
-                    report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
-                    // the layers are partial: the moves pass searches its own
-                    met = pushes.len();
+                // the probe's layers are partial: the moves pass searches its own
+                SearchEnd::Solved { pushes } => Some((pushes.clone(), None)),
+                _ => None,
+            };
+            if let Some((pushes, met_at)) = solved {
+                if !report.record_solution(&problem.board, &pushes) {
+                    return Err(EngineError::Internal("the solution found does not replay".into()));
                 }
-                _ => {}
+                // no push, no step: a solved start is optimal for both
+                report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
+                met = pushes.len();
+                // layers without move pruning serve the moves pass as they are
+                if let Some(depths) = met_at
+                    .filter(|_| spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals && met > 0)
+                {
+                    let t0 = Instant::now();
+                    let result = moves_pass(&problem, backend, depths, cancel, report);
+                    report.moves_seconds = t0.elapsed().as_secs_f64();
+                    moves_pass_end(report, result);
+                    met = 0; // done
+                }
             }
             end = Some(found);
             Ok(())

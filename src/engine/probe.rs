@@ -231,7 +231,7 @@ impl<K: StateKey> Probe<K> {
                     seconds: self.started.elapsed().as_secs_f64(),
                 });
             }
-            // the batch: the deepest open states that still hold that depth
+            // the batch: the first open states that still hold their depth
             batch.clear();
             while batch.is_empty() {
                 self.open.take(BATCH, &mut taken);

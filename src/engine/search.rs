@@ -124,7 +124,7 @@ pub enum SearchEnd<K> {
     Limit,
     /// Bounded search: no solution has at most `bound` pushes.
     Beyond { bound: u32 },
-    /// A solution found between two steps by another search (the deep-first
+    /// A solution found between two steps by another search (the
     /// probe), as pushes from the start; optimal, since it was asked for only
     /// where no solution can be shorter.
     Solved { pushes: Vec<BoxMove> },
