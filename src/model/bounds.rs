@@ -394,7 +394,7 @@ thread_local! {
 /// The Hungarian method (shortest augmenting paths with dual potentials), one
 /// row at a time. Rows are boxes and columns targets, both 1-based in the
 /// potentials (column 0 is the free start of each augmenting path).
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct Matching {
     n: usize,
     /// `cost[b * n + t]`: box `b`, target `t`.
@@ -406,6 +406,31 @@ struct Matching {
     owner: Vec<usize>,
     minv: Vec<i64>,
     used: Vec<bool>,
+    /// Scratch of [`Matching::solve`]: the rows left for augmenting paths.
+    unmatched: Vec<usize>,
+}
+
+/// Field by field, so that `clone_from` (once per child whose row is matched
+/// again) reuses the buffers instead of allocating new ones.
+impl Clone for Matching {
+    fn clone(&self) -> Self {
+        let mut m = Matching::default();
+        m.clone_from(self);
+        m
+    }
+
+    fn clone_from(&mut self, src: &Self) {
+        self.n = src.n;
+        self.cost.clone_from(&src.cost);
+        self.u.clone_from(&src.u);
+        self.v.clone_from(&src.v);
+        self.way.clone_from(&src.way);
+        self.owner.clone_from(&src.owner);
+        // scratch: add_row sets them up before reading them
+        self.minv.clear();
+        self.used.clear();
+        self.unmatched.clear();
+    }
 }
 
 /// A stand-in cost for an impossible pair, large enough that any matching using
@@ -461,7 +486,8 @@ impl Matching {
         // each box's potential starts at its nearest target, and a box whose
         // nearest target is still free takes it: most boxes in a level have a
         // nearest target of their own, so few rows need an augmenting path
-        let mut unmatched = Vec::new();
+        let mut unmatched = std::mem::take(&mut self.unmatched);
+        unmatched.clear();
         for row in 1..=n {
             let costs = &self.cost[(row - 1) * n..row * n];
             let (col, &c) = costs.iter().enumerate().min_by_key(|&(_, &c)| c).unwrap_or((0, &FAR));
@@ -472,19 +498,23 @@ impl Matching {
                 unmatched.push(row);
             }
         }
-        for row in unmatched {
+        let mut capped = None;
+        for &row in &unmatched {
             // the potentials are feasible for every row at all times, so their
             // sum is a lower bound on the optimum (weak duality), and it grows
             let lower = self.dual();
             if lower >= BIG {
-                return UNREACHABLE;
+                capped = Some(UNREACHABLE);
+                break;
             }
             if lower > cap as i64 {
-                return lower as u32;
+                capped = Some(lower as u32);
+                break;
             }
             self.add_row(row);
         }
-        self.total()
+        self.unmatched = unmatched;
+        capped.unwrap_or_else(|| self.total())
     }
 
     /// Gives box `row` (0-based) of a solved matching the costs of square `to`
@@ -528,47 +558,51 @@ impl Matching {
     /// feasible and every matched pair tight.
     fn add_row(&mut self, row: usize) {
         let n = self.n;
-        self.owner[0] = row;
+        let Matching { cost, u, v, way, owner, minv, used, .. } = self;
+        owner[0] = row;
+        minv.clear();
+        minv.resize(n + 1, i64::MAX);
+        used.clear();
+        used.resize(n + 1, false);
         let mut col0 = 0;
-        self.minv.clear();
-        self.minv.resize(n + 1, i64::MAX);
-        self.used.clear();
-        self.used.resize(n + 1, false);
         loop {
-            self.used[col0] = true;
-            let r = self.owner[col0];
+            used[col0] = true;
+            let r = owner[col0];
+            let ur = u[r];
             let (mut delta, mut col1) = (i64::MAX, 0);
-            let costs = &self.cost[(r - 1) * n..r * n];
-            for col in 1..=n {
-                if self.used[col] {
+            // columns 1..=n, all slices of one length so the loop runs unchecked
+            let costs = &cost[(r - 1) * n..r * n];
+            let (vs, ms, ws, us) = (&v[1..=n], &mut minv[1..=n], &mut way[1..=n], &used[1..=n]);
+            for i in 0..n {
+                if us[i] {
                     continue;
                 }
-                let cur = cost_of(costs[col - 1]) - self.u[r] - self.v[col];
-                if cur < self.minv[col] {
-                    self.minv[col] = cur;
-                    self.way[col] = col0;
+                let cur = cost_of(costs[i]) - ur - vs[i];
+                if cur < ms[i] {
+                    ms[i] = cur;
+                    ws[i] = col0;
                 }
-                if self.minv[col] < delta {
-                    delta = self.minv[col];
-                    col1 = col;
+                if ms[i] < delta {
+                    delta = ms[i];
+                    col1 = i + 1;
                 }
             }
             for col in 0..=n {
-                if self.used[col] {
-                    self.u[self.owner[col]] += delta;
-                    self.v[col] -= delta;
+                if used[col] {
+                    u[owner[col]] += delta;
+                    v[col] -= delta;
                 } else {
-                    self.minv[col] -= delta;
+                    minv[col] -= delta;
                 }
             }
             col0 = col1;
-            if self.owner[col0] == 0 {
+            if owner[col0] == 0 {
                 break;
             }
         }
         loop {
-            let prev = self.way[col0];
-            self.owner[col0] = self.owner[prev];
+            let prev = way[col0];
+            owner[col0] = owner[prev];
             col0 = prev;
             if col0 == 0 {
                 break;
