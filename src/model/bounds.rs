@@ -257,7 +257,12 @@ impl PushDistances {
             Some(MATCHING.with(|m| {
                 let mut m = m.borrow_mut();
                 m.clone_from(&c.solved);
-                m.replace_row(row, table, self.floor, to)
+                // above the cap only a bound is owed: of the child's parity
+                // (one push changes every finite matching's by one)
+                match m.replace_row_capped(row, table, self.floor, to, cap) {
+                    v if v <= cap || v == UNREACHABLE => v,
+                    v => v + ((v ^ c.value ^ 1) & 1),
+                }
             }))
         });
         match answer {
@@ -437,6 +442,17 @@ impl Clone for Matching {
 /// one costs more than every possible one without.
 const BIG: i64 = 1 << 40;
 
+/// A dual objective above the cap as a bound: [`UNREACHABLE`] when no
+/// matching of finite pairs is that dear (every one costs less than
+/// `u32::MAX`: fewer than 65,536 boxes at under 65,535 pushes each).
+fn dual_bound(lower: i64) -> u32 {
+    if lower >= UNREACHABLE as i64 {
+        UNREACHABLE
+    } else {
+        lower as u32
+    }
+}
+
 #[inline]
 fn cost_of(c: u16) -> i64 {
     if c == FAR {
@@ -503,12 +519,8 @@ impl Matching {
             // the potentials are feasible for every row at all times, so their
             // sum is a lower bound on the optimum (weak duality), and it grows
             let lower = self.dual();
-            if lower >= BIG {
-                capped = Some(UNREACHABLE);
-                break;
-            }
             if lower > cap as i64 {
-                capped = Some(lower as u32);
+                capped = Some(dual_bound(lower));
                 break;
             }
             self.add_row(row);
@@ -522,6 +534,27 @@ impl Matching {
     /// stay feasible (their costs did not change) and the freed column keeps
     /// its potential, so one augmenting path restores optimality.
     fn replace_row(&mut self, row: usize, table: &[u16], floor: usize, to: u16) -> u32 {
+        self.free_row(row, table, floor, to);
+        self.add_row(row + 1);
+        self.total()
+    }
+
+    /// [`Matching::replace_row`] that stops as soon as the dual objective
+    /// exceeds `cap` and returns it (a lower bound above `cap`, the matching
+    /// left half done, to be thrown away): each step of the augmenting path
+    /// raises the dual by its `delta`, and the dual of feasible potentials
+    /// never exceeds the optimum.
+    fn replace_row_capped(&mut self, row: usize, table: &[u16], floor: usize, to: u16, cap: u32) -> u32 {
+        self.free_row(row, table, floor, to);
+        let start = self.dual();
+        match self.add_row_capped(row + 1, cap as i64 - start) {
+            Some(()) => self.total(),
+            None => dual_bound(self.dual()),
+        }
+    }
+
+    /// Gives box `row` the costs of square `to` and unmatches it.
+    fn free_row(&mut self, row: usize, table: &[u16], floor: usize, to: u16) {
         let n = self.n;
         for t in 0..n {
             self.cost[row * n + t] = table[t * floor + to as usize];
@@ -530,8 +563,6 @@ impl Matching {
             self.owner[col] = 0;
         }
         self.u[row + 1] = 0;
-        self.add_row(row + 1);
-        self.total()
     }
 
     /// The dual objective: the sum of the potentials.
@@ -557,7 +588,15 @@ impl Matching {
     /// shortest augmenting path under reduced costs, keeping every potential
     /// feasible and every matched pair tight.
     fn add_row(&mut self, row: usize) {
+        let done = self.add_row_capped(row, i64::MAX);
+        debug_assert!(done.is_some(), "a rise of i64::MAX is never passed");
+    }
+
+    /// [`Matching::add_row`] that gives up (None) once the steps of the
+    /// path have raised the dual objective by more than `rise`.
+    fn add_row_capped(&mut self, row: usize, rise: i64) -> Option<()> {
         let n = self.n;
+        let mut risen = 0i64;
         let Matching { cost, u, v, way, owner, minv, used, .. } = self;
         owner[0] = row;
         minv.clear();
@@ -599,6 +638,12 @@ impl Matching {
             if owner[col0] == 0 {
                 break;
             }
+            // the rows of the path so far rose by delta, its columns fell by
+            // it, one row more than columns: the dual rose by delta
+            risen = risen.saturating_add(delta);
+            if risen > rise {
+                return None;
+            }
         }
         loop {
             let prev = way[col0];
@@ -608,6 +653,7 @@ impl Matching {
                 break;
             }
         }
+        Some(())
     }
 }
 
@@ -667,13 +713,15 @@ mod tests {
     proptest::proptest! {
         /// On random matrices (some pairs impossible), the method's optimum is
         /// the brute-force one, and so is the optimum after one row is replaced
-        /// and matched again from the solved potentials.
+        /// and matched again from the solved potentials (with a cap: exact at or
+        /// below it, a lower bound above it).
         #[test]
         fn matching_and_row_replacement_agree_with_brute_force(
             n in 1usize..7,
             seed in proptest::collection::vec(0u16..12, 49),
             row in 0usize..7,
             fresh in proptest::collection::vec(0u16..12, 7),
+            cap in 0u32..40,
         ) {
             let far = |c: u16| if c >= 10 { FAR } else { c };
             let costs: Vec<u16> = seed[..n * n].iter().map(|&c| far(c)).collect();
@@ -689,7 +737,16 @@ mod tests {
             let table: Vec<u16> = fresh[..n].iter().map(|&c| far(c)).collect();
             let mut replaced = costs.clone();
             replaced[row * n..(row + 1) * n].copy_from_slice(&table);
-            proptest::prop_assert_eq!(m.replace_row(row, &table, floor, 0), brute_force(&replaced, n));
+            let want = brute_force(&replaced, n);
+            // capped: exact at or below the cap, a lower bound above it
+            let mut capped = m.clone();
+            let got = capped.replace_row_capped(row, &table, floor, 0, cap);
+            if want <= cap {
+                proptest::prop_assert_eq!(got, want);
+            } else {
+                proptest::prop_assert!(got > cap && got <= want, "cap {} got {} want {}", cap, got, want);
+            }
+            proptest::prop_assert_eq!(m.replace_row(row, &table, floor, 0), want);
         }
     }
 

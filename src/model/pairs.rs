@@ -297,13 +297,30 @@ impl PairPenalties {
             if found.is_empty() {
                 return 0;
             }
-            // largest first; among equal penalties the order of the box
-            // indices, which ascend with the squares
-            found.sort_unstable_by(|a, b| b.cmp(a));
-            taken.clear();
-            taken.resize(words, 0);
-            let mut sum = 0u32;
-            for &(p, x, y) in found.iter() {
+            greedy(found, taken, words)
+        })
+    }
+}
+
+/// The penalties of disjoint pairs from `found` (ascending in `(x, y)`),
+/// taken greedily: the largest first, and among equal penalties the later
+/// pair first, the order of sorting `(p, x, y)` descending. One pass per
+/// penalty present, which are few, instead of a sort.
+fn greedy(found: &[(u8, u16, u16)], taken: &mut Vec<u64>, words: usize) -> u32 {
+    taken.clear();
+    taken.resize(words, 0);
+    let mut present = [0u64; 4];
+    for &(p, _, _) in found {
+        present[p as usize / 64] |= 1 << (p % 64);
+    }
+    let mut sum = 0u32;
+    for w in (0..4).rev() {
+        let mut m = present[w];
+        while m != 0 {
+            let bit = 63 - m.leading_zeros() as usize;
+            m &= !(1u64 << bit);
+            let want = (w * 64 + bit) as u8;
+            for &(p, x, y) in found.iter().rev().filter(|f| f.0 == want) {
                 let (xm, ym) = (1u64 << (x % 64), 1u64 << (y % 64));
                 if taken[x as usize / 64] & xm == 0 && taken[y as usize / 64] & ym == 0 {
                     taken[x as usize / 64] |= xm;
@@ -311,9 +328,9 @@ impl PairPenalties {
                     sum += p as u32;
                 }
             }
-            sum
-        })
+        }
     }
+    sum
 }
 
 #[derive(Default)]
@@ -439,6 +456,51 @@ fn game(board: &Board, regions: &Regions, forward: bool, depth: &mut [u16], queu
                     queue.push((na, nb, nr));
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The greedy pick by sorting, as it was first written.
+    fn greedy_by_sorting(found: &[(u8, u16, u16)], words: usize) -> u32 {
+        let mut sorted = found.to_vec();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        let mut taken = vec![0u64; words];
+        let mut sum = 0;
+        for (p, x, y) in sorted {
+            let (xm, ym) = (1u64 << (x % 64), 1u64 << (y % 64));
+            if taken[x as usize / 64] & xm == 0 && taken[y as usize / 64] & ym == 0 {
+                taken[x as usize / 64] |= xm;
+                taken[y as usize / 64] |= ym;
+                sum += p as u32;
+            }
+        }
+        sum
+    }
+
+    proptest! {
+        /// The pass per penalty takes the same pairs as sorting: random pairs
+        /// of squares (`x < y`, ascending as `sum` finds them), penalties
+        /// from 1 to 254.
+        #[test]
+        fn greedy_agrees_with_sorting(
+            pairs in proptest::collection::btree_set((0u16..200, 0u16..200), 0..60),
+            penalties in proptest::collection::vec(1u8..=254, 60),
+            few in any::<bool>(),
+        ) {
+            let found: Vec<(u8, u16, u16)> = pairs
+                .iter()
+                .filter(|(x, y)| x < y)
+                .zip(&penalties)
+                .map(|(&(x, y), &p)| (if few { 1 + p % 3 } else { p }, x, y))
+                .collect();
+            let words = 200usize.div_ceil(64);
+            let mut taken = Vec::new();
+            prop_assert_eq!(greedy(&found, &mut taken, words), greedy_by_sorting(&found, words));
         }
     }
 }
