@@ -320,17 +320,25 @@ fn greedy(found: &[(u8, u16, u16)], taken: &mut Vec<u64>, words: usize) -> u32 {
             let bit = 63 - m.leading_zeros() as usize;
             m &= !(1u64 << bit);
             let want = (w * 64 + bit) as u8;
-            for &(p, x, y) in found.iter().rev().filter(|f| f.0 == want) {
-                let (xm, ym) = (1u64 << (x % 64), 1u64 << (y % 64));
-                if taken[x as usize / 64] & xm == 0 && taken[y as usize / 64] & ym == 0 {
-                    taken[x as usize / 64] |= xm;
-                    taken[y as usize / 64] |= ym;
-                    sum += p as u32;
-                }
+            for &pair in found.iter().rev().filter(|f| f.0 == want) {
+                sum += take(taken, pair);
             }
         }
     }
     sum
+}
+
+/// Takes pair `(p, x, y)` when neither box is in a pair yet: its penalty, or 0.
+#[inline]
+fn take(taken: &mut [u64], (p, x, y): (u8, u16, u16)) -> u32 {
+    let (xm, ym) = (1u64 << (x % 64), 1u64 << (y % 64));
+    if taken[x as usize / 64] & xm == 0 && taken[y as usize / 64] & ym == 0 {
+        taken[x as usize / 64] |= xm;
+        taken[y as usize / 64] |= ym;
+        p as u32
+    } else {
+        0
+    }
 }
 
 #[derive(Default)]
@@ -470,16 +478,7 @@ mod tests {
         let mut sorted = found.to_vec();
         sorted.sort_unstable_by(|a, b| b.cmp(a));
         let mut taken = vec![0u64; words];
-        let mut sum = 0;
-        for (p, x, y) in sorted {
-            let (xm, ym) = (1u64 << (x % 64), 1u64 << (y % 64));
-            if taken[x as usize / 64] & xm == 0 && taken[y as usize / 64] & ym == 0 {
-                taken[x as usize / 64] |= xm;
-                taken[y as usize / 64] |= ym;
-                sum += p as u32;
-            }
-        }
-        sum
+        sorted.into_iter().map(|pair| take(&mut taken, pair)).sum()
     }
 
     proptest! {
