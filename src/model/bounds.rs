@@ -164,37 +164,29 @@ impl LowerBounds {
     /// [`LowerBounds::estimate`] when it is at most `cap`; otherwise some
     /// lower bound above `cap`.
     pub fn estimate_capped(&self, boxes: &[u16], player: u16, forward: bool, cap: u32) -> u32 {
-        self.with_pairs(boxes, player, forward, cap, |cap| self.distances.estimate_capped(boxes, forward, cap))
+        let extra = self.pairs.as_ref().map_or(0, |p| p.sum(boxes, player, forward));
+        with_pairs(extra, cap, |cap| self.distances.estimate_capped(boxes, forward, cap))
     }
 
     /// [`PushDistances::child_bound`] with the child's pair penalties added.
     pub fn estimate_child(&self, c: &Child<'_>, forward: bool, cap: u32, exact: bool) -> u32 {
-        self.with_pairs(c.boxes, c.player, forward, cap, |cap| {
-            self.distances.child_bound(c.parent, c.from, c.to, c.boxes, forward, cap, exact)
-        })
+        let extra = self.pairs.as_ref().map_or(0, |p| p.sum_child(c.parent, c.from, c.to, c.boxes, c.player, forward));
+        with_pairs(extra, cap, |cap| self.distances.child_bound(c.parent, c.from, c.to, c.boxes, forward, cap, exact))
     }
+}
 
-    /// The pair penalties of `boxes` plus `matching(cap less them)`: at most
-    /// `cap` exactly when the matching fits what the penalties leave of it.
-    fn with_pairs(
-        &self,
-        boxes: &[u16],
-        player: u16,
-        forward: bool,
-        cap: u32,
-        matching: impl FnOnce(u32) -> u32,
-    ) -> u32 {
-        let extra = self.pairs.as_ref().map_or(0, |p| p.sum(boxes, player, forward));
-        if extra == UNREACHABLE {
-            return UNREACHABLE;
-        }
-        if extra > cap {
-            return extra;
-        }
-        match matching(cap - extra) {
-            UNREACHABLE => UNREACHABLE,
-            m => m.saturating_add(extra).min(UNREACHABLE - 1),
-        }
+/// The pair penalties `extra` plus `matching(cap less them)`: at most `cap`
+/// exactly when the matching fits what the penalties leave of it.
+fn with_pairs(extra: u32, cap: u32, matching: impl FnOnce(u32) -> u32) -> u32 {
+    if extra == UNREACHABLE {
+        return UNREACHABLE;
+    }
+    if extra > cap {
+        return extra;
+    }
+    match matching(cap - extra) {
+        UNREACHABLE => UNREACHABLE,
+        m => m.saturating_add(extra).min(UNREACHABLE - 1),
     }
 }
 

@@ -37,6 +37,11 @@ pub const DEAD: u8 = u8::MAX;
 /// take `floor^3 / 2` bytes, and the 2-box games `targets^2 * floor^2` steps.
 pub const MAX_FLOOR: usize = 250;
 
+/// Most boxes the tables are used for: a sum keeps the boxes in pairs as bits
+/// of a `u128`, one more for the box a successor moved. (The work limit
+/// below allows about 100 at most.)
+pub const MAX_BOXES: usize = 127;
+
 /// Largest number of 2-box game states (target pairs times square pairs) the
 /// tables are built for, about a second of work per side.
 pub const MAX_WORK: usize = 60_000_000;
@@ -64,6 +69,14 @@ pub struct PairPenalties {
     /// squares `y` whose pair with `x` may have a penalty (positive or dead,
     /// in some region), so a sum visits only those pairs.
     nonzero: [Vec<u64>; 2],
+    /// Tells these tables apart from others in a thread's kept pair lists.
+    id: u64,
+}
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The [`PairPenalties::nonzero`] bitsets of one side.
@@ -168,7 +181,7 @@ impl PairPenalties {
     pub fn new(board: &Board, dist: &PushDistances) -> Option<PairPenalties> {
         let floor = board.floor_count();
         let n = board.goals.len();
-        if n < 2 || floor > MAX_FLOOR || n * n * floor * floor / 2 > MAX_WORK {
+        if !(2..=MAX_BOXES).contains(&n) || floor > MAX_FLOOR || n * n * floor * floor / 2 > MAX_WORK {
             return None;
         }
         let regions = Regions::new(board);
@@ -184,6 +197,7 @@ impl PairPenalties {
             regional_at: [at_f, at_b],
             regions,
             useful,
+            id: next_id(),
         })
     }
 
@@ -204,6 +218,9 @@ impl PairPenalties {
         let floor = board.floor_count();
         if floor > MAX_FLOOR {
             return Err(format!("pair tables for {floor} floor squares, over the limit of {MAX_FLOOR}"));
+        }
+        if board.goals.len() > MAX_BOXES {
+            return Err(format!("pair tables for {} boxes, over the limit of {MAX_BOXES}", board.goals.len()));
         }
         let pairs = floor * floor.saturating_sub(1) / 2;
         for (name, t) in [("forward", &parts.forward), ("backward", &parts.backward)] {
@@ -235,6 +252,7 @@ impl PairPenalties {
             regional_at: parts.regional_at,
             regions: Regions::new(board),
             useful,
+            id: next_id(),
         })
     }
 
@@ -251,102 +269,299 @@ impl PairPenalties {
         if !self.useful {
             return 0;
         }
-        let t = if forward { &self.forward } else { &self.backward };
-        let (regional, at) = (&self.regional[!forward as usize], &self.regional_at[!forward as usize]);
-        let (nonzero, words) = (&self.nonzero[!forward as usize], self.floor.div_ceil(64));
-        debug_assert!(boxes.windows(2).all(|w| w[0] < w[1]), "boxes are sorted");
         PICK.with(|pick| {
             let mut pick = pick.borrow_mut();
-            let Pick { found, taken, bits } = &mut *pick;
-            bits.clear();
-            bits.resize(words, 0);
-            for &b in boxes {
-                bits[b as usize / 64] |= 1 << (b % 64);
+            let Pick { loose, scratch, .. } = &mut *pick;
+            self.collect(boxes, forward, loose);
+            self.pick(loose, None, player, forward, scratch)
+        })
+    }
+
+    /// [`PairPenalties::sum`] of the successor `child` of `parent` whose box
+    /// moved from `from` to `to`, the same number, by less work: the pairs of
+    /// the parent are found once per parent and thread (successors come one
+    /// parent after another), and a successor only drops the pairs of `from`,
+    /// adds those of `to` and looks up the pairs whose penalty depends on
+    /// where the player stands.
+    pub fn sum_child(&self, parent: &[u16], from: u16, to: u16, child: &[u16], player: u16, forward: bool) -> u32 {
+        if !self.useful {
+            return 0;
+        }
+        debug_assert!(parent.binary_search(&from).is_ok() && child.binary_search(&to).is_ok());
+        PICK.with(|pick| {
+            let mut pick = pick.borrow_mut();
+            let Pick { owner, parent: kept, list, scratch, .. } = &mut *pick;
+            if *owner != (self.id, forward) || kept.as_slice() != parent {
+                self.collect(parent, forward, list);
+                kept.clear();
+                kept.extend_from_slice(parent);
+                *owner = (self.id, forward);
             }
-            // the pairs `x < y` of boxes that may have a penalty: those in
-            // `x`'s bitset, from `x`'s word on with the squares up to `x` masked
-            found.clear();
-            for &x in boxes {
-                let (xw, xb) = (x as usize / 64, x as usize % 64);
-                let row = &t[x as usize * self.floor..(x as usize + 1) * self.floor];
-                let nz = &nonzero[x as usize * words..(x as usize + 1) * words];
-                for w in xw..words {
-                    let mut m = nz[w] & bits[w];
-                    if w == xw {
-                        m &= !((2u64 << xb).wrapping_sub(1));
-                    }
-                    while m != 0 {
-                        let y = (w * 64 + m.trailing_zeros() as usize) as u16;
-                        m &= m - 1;
-                        let mut p = row[y as usize];
-                        if p != DEAD && !regional.is_empty() {
-                            let i = at[pair(x as usize, y as usize)];
-                            if i > 0 {
-                                p = regional[i as usize - 1][self.regions.label(x, y, player) as usize];
-                            }
-                        }
-                        if p == DEAD {
-                            return super::bounds::UNREACHABLE;
-                        }
-                        if p > 0 {
-                            found.push((p, x, y));
-                        }
+            self.pick(list, Some((from, to)), player, forward, scratch)
+        })
+    }
+
+    /// The pairs of `boxes` (sorted) that may have a penalty, into `out`.
+    fn collect(&self, boxes: &[u16], forward: bool, out: &mut PairList) {
+        debug_assert!(boxes.windows(2).all(|w| w[0] < w[1]), "boxes are sorted");
+        let words = self.floor.div_ceil(64);
+        out.fixed.clear();
+        out.regional.clear();
+        out.bits.clear();
+        out.bits.resize(words, 0);
+        out.rank.resize(self.floor, 0);
+        // fewer than 128 boxes: MAX_WORK and MAX_BOXES see to it
+        debug_assert!(boxes.len() < 128);
+        out.boxes = boxes.len() as u8;
+        for (i, &b) in boxes.iter().enumerate() {
+            out.bits[b as usize / 64] |= 1 << (b % 64);
+            out.rank[b as usize] = i as u8;
+        }
+        for &x in boxes {
+            self.partners(x, &out.bits, forward, |y| {
+                match self.entry(x, y, forward) {
+                    Entry::Fixed(p) => out.fixed.push(packed(p, x, y, out.rank[x as usize], out.rank[y as usize])),
+                    Entry::Regional(i) => out.regional.push((x, y, i)),
+                }
+            });
+        }
+        out.fixed.sort_unstable_by(|a, b| b.cmp(a));
+    }
+
+    /// Calls `f` with every box `y > x` of `bits` whose pair with `x` may have
+    /// a penalty (those in `x`'s bitset, from `x`'s word on with the squares up
+    /// to `x` masked).
+    fn partners(&self, x: u16, bits: &[u64], forward: bool, mut f: impl FnMut(u16)) {
+        let words = bits.len();
+        let nz = &self.nonzero[!forward as usize][x as usize * words..(x as usize + 1) * words];
+        let (xw, xb) = (x as usize / 64, x as usize % 64);
+        for w in xw..words {
+            let mut m = nz[w] & bits[w];
+            if w == xw {
+                m &= !((2u64 << xb).wrapping_sub(1));
+            }
+            while m != 0 {
+                f((w * 64 + m.trailing_zeros() as usize) as u16);
+                m &= m - 1;
+            }
+        }
+    }
+
+    /// Whether the penalty of the pair of squares `x != y` is one number, or
+    /// depends on the player's region (its entry in `regional`).
+    #[inline]
+    fn entry(&self, x: u16, y: u16, forward: bool) -> Entry {
+        let side = !forward as usize;
+        let t = if forward { &self.forward } else { &self.backward };
+        let p = t[x as usize * self.floor + y as usize];
+        if p != DEAD && !self.regional[side].is_empty() {
+            let i = self.regional_at[side][pair(x as usize, y as usize)];
+            if i > 0 {
+                return Entry::Regional(i - 1);
+            }
+        }
+        Entry::Fixed(p)
+    }
+
+    /// The penalty of a pair that depends on the player's region.
+    #[inline]
+    fn regional_penalty(&self, x: u16, y: u16, i: u32, player: u16, forward: bool) -> u8 {
+        self.regional[!forward as usize][i as usize][self.regions.label(x, y, player) as usize]
+    }
+
+    /// The greedy sum over the pairs of `list`, or, with `moved = (from, to)`,
+    /// over those of the boxes of `list` with the one on `from` moved to `to`.
+    fn pick(&self, list: &PairList, moved: Option<(u16, u16)>, player: u16, forward: bool, s: &mut Scratch) -> u32 {
+        let from = moved.map_or(u16::MAX, |m| m.0);
+        let keeps = |x: u16, y: u16| x != from && y != from;
+        // dead pairs sort first
+        let dead = list.fixed.iter().map(|&k| unpacked(k)).take_while(|k| k.0 == DEAD);
+        if dead.into_iter().any(|(_, x, y)| keeps(x, y)) {
+            return super::bounds::UNREACHABLE;
+        }
+        s.extra.clear();
+        for &(x, y, i) in &list.regional {
+            if keeps(x, y) {
+                match self.regional_penalty(x, y, i, player, forward) {
+                    DEAD => return super::bounds::UNREACHABLE,
+                    0 => {}
+                    p => s.extra.push(packed(p, x, y, list.rank[x as usize], list.rank[y as usize])),
+                }
+            }
+        }
+        // the box that left is in no pair: its pairs in `fixed` are passed
+        // over; the one it came to is a new one (as many boxes as before)
+        let taken = moved.map(|(from, _)| list.rank[from as usize] as u64);
+        if let Some((from, to)) = moved {
+            let rank = |y: u16| if y == to { list.boxes } else { list.rank[y as usize] };
+            // the pairs of `to` with the other boxes: `to` is none of them
+            // and `from` is no longer one
+            let words = list.bits.len();
+            let nz = &self.nonzero[!forward as usize][to as usize * words..(to as usize + 1) * words];
+            for (w, (&nz, &bits)) in nz.iter().zip(&list.bits).enumerate() {
+                let mut m = nz & bits;
+                if w == from as usize / 64 {
+                    m &= !(1u64 << (from % 64));
+                }
+                while m != 0 {
+                    let y = (w * 64 + m.trailing_zeros() as usize) as u16;
+                    m &= m - 1;
+                    let (x, y) = (to.min(y), to.max(y));
+                    let p = match self.entry(x, y, forward) {
+                        Entry::Fixed(p) => p,
+                        Entry::Regional(i) => self.regional_penalty(x, y, i, player, forward),
+                    };
+                    match p {
+                        DEAD => return super::bounds::UNREACHABLE,
+                        0 => {}
+                        p => s.extra.push(packed(p, x, y, rank(x), rank(y))),
                     }
                 }
             }
-            if found.is_empty() {
-                return 0;
-            }
-            greedy(found, taken, words)
-        })
+        }
+        sort_descending(&mut s.extra);
+        s.extra.push(0);
+        // ranks 0 to `boxes`, the last for the box a successor moved
+        if list.boxes < 64 {
+            greedy::<u64>(&list.fixed, &s.extra, taken, list.boxes as u32)
+        } else {
+            greedy::<u128>(&list.fixed, &s.extra, taken, list.boxes as u32)
+        }
     }
 }
 
-/// The penalties of disjoint pairs from `found` (ascending in `(x, y)`),
-/// taken greedily: the largest first, and among equal penalties the later
-/// pair first, the order of sorting `(p, x, y)` descending. One pass per
-/// penalty present, which are few, instead of a sort.
-fn greedy(found: &[(u8, u16, u16)], taken: &mut Vec<u64>, words: usize) -> u32 {
-    taken.clear();
-    taken.resize(words, 0);
-    let mut present = [0u64; 4];
-    for &(p, _, _) in found {
-        present[p as usize / 64] |= 1 << (p % 64);
+/// A pair's penalty is one number, or one per player region (an entry of
+/// `regional`).
+enum Entry {
+    Fixed(u8),
+    Regional(u32),
+}
+
+/// Pair `(p, x, y)` as one number ordered as the tuple, with the ranks of
+/// its two boxes (their bits in a sum's set of boxes in pairs) below.
+#[inline]
+fn packed(p: u8, x: u16, y: u16, rx: u8, ry: u8) -> u64 {
+    (p as u64) << 48 | (x as u64) << 32 | (y as u64) << 16 | (rx as u64) << 8 | ry as u64
+}
+
+#[inline]
+fn unpacked(k: u64) -> (u8, u16, u16) {
+    ((k >> 48) as u8, (k >> 32) as u16, (k >> 16) as u16)
+}
+
+/// A set of boxes by rank: a `u64` where ranks stay below 64 (the common
+/// case, and a cheaper shift), else a `u128`.
+trait Ranks: Copy + Default + PartialEq + std::ops::BitAnd<Output = Self> + std::ops::BitOrAssign {
+    fn one(rank: u64) -> Self;
+
+    /// The bits of a packed pair's two boxes.
+    #[inline]
+    fn pair(k: u64) -> Self {
+        let mut m = Self::one((k >> 8) & 0x7f);
+        m |= Self::one(k & 0x7f);
+        m
     }
-    let mut sum = 0u32;
-    for w in (0..4).rev() {
-        let mut m = present[w];
-        while m != 0 {
-            let bit = 63 - m.leading_zeros() as usize;
-            m &= !(1u64 << bit);
-            let want = (w * 64 + bit) as u8;
-            for &pair in found.iter().rev().filter(|f| f.0 == want) {
-                sum += take(taken, pair);
+}
+
+impl Ranks for u64 {
+    #[inline]
+    fn one(rank: u64) -> u64 {
+        1 << rank
+    }
+}
+
+impl Ranks for u128 {
+    #[inline]
+    fn one(rank: u64) -> u128 {
+        1 << rank
+    }
+}
+
+/// Sorts a short list descending (insertion sort: the lists are a box's pairs).
+fn sort_descending(v: &mut [u64]) {
+    for i in 1..v.len() {
+        let k = v[i];
+        let mut j = i;
+        while j > 0 && v[j - 1] < k {
+            v[j] = v[j - 1];
+            j -= 1;
+        }
+        v[j] = k;
+    }
+}
+
+/// The penalties of disjoint pairs from two lists of packed pairs, each
+/// descending (`b` ending in a 0), the largest first and among equal
+/// penalties the later pair first (the order of sorting all `(p, x, y)`
+/// descending), each pair taken when neither box is in a pair yet (`taken`:
+/// the rank of a box that is in none); it stops once fewer than two of the
+/// `free` boxes are left.
+fn greedy<M: Ranks>(a: &[u64], b: &[u64], taken: Option<u64>, mut free: u32) -> u32 {
+    debug_assert!(b.last() == Some(&0));
+    let mut set = taken.map_or(M::default(), M::one);
+    let mut sum = 0;
+    let mut j = 0;
+    let mut offer = |k: u64| {
+        let m = M::pair(k);
+        if set & m == M::default() {
+            set |= m;
+            free -= 2;
+            sum += (k >> 48) as u32;
+        }
+        free >= 2
+    };
+    for &k in a {
+        while b[j] > k {
+            if !offer(b[j]) {
+                return sum;
             }
+            j += 1;
+        }
+        if !offer(k) {
+            return sum;
+        }
+    }
+    for &k in &b[j..b.len() - 1] {
+        if !offer(k) {
+            break;
         }
     }
     sum
 }
 
-/// Takes pair `(p, x, y)` when neither box is in a pair yet: its penalty, or 0.
-#[inline]
-fn take(taken: &mut [u64], (p, x, y): (u8, u16, u16)) -> u32 {
-    let (xm, ym) = (1u64 << (x % 64), 1u64 << (y % 64));
-    if taken[x as usize / 64] & xm == 0 && taken[y as usize / 64] & ym == 0 {
-        taken[x as usize / 64] |= xm;
-        taken[y as usize / 64] |= ym;
-        p as u32
-    } else {
-        0
-    }
+/// The pairs of one set of boxes that may have a penalty.
+#[derive(Default)]
+struct PairList {
+    /// Those whose penalty is one number (positive, or [`DEAD`]), packed and
+    /// descending: the greedy order.
+    fixed: Vec<u64>,
+    /// Those whose penalty depends on the player's region: `x < y` and the
+    /// entry in `regional`.
+    regional: Vec<(u16, u16, u32)>,
+    /// The boxes as a bitset.
+    bits: Vec<u64>,
+    /// Per square of a box, its rank among the boxes (its bit in `ranks`).
+    rank: Vec<u8>,
+    /// How many boxes.
+    boxes: u8,
 }
 
 #[derive(Default)]
+struct Scratch {
+    /// The pairs of one sum that are not in the list's `fixed`, packed.
+    extra: Vec<u64>,
+}
+
+/// A thread's pair lists: the last parent's (for its successors) and one for
+/// any other box set.
+#[derive(Default)]
 struct Pick {
-    found: Vec<(u8, u16, u16)>,
-    /// Squares of boxes already in a pair, and of all boxes, as bitsets.
-    taken: Vec<u64>,
-    bits: Vec<u64>,
+    /// The tables' id and side that `list` was found with ((0, _): none).
+    owner: (u64, bool),
+    parent: Vec<u16>,
+    list: PairList,
+    loose: PairList,
+    scratch: Scratch,
 }
 
 thread_local! {
@@ -478,17 +693,27 @@ mod tests {
         let mut sorted = found.to_vec();
         sorted.sort_unstable_by(|a, b| b.cmp(a));
         let mut taken = vec![0u64; words];
-        sorted.into_iter().map(|pair| take(&mut taken, pair)).sum()
+        let mut sum = 0;
+        for (p, x, y) in sorted {
+            let (xm, ym) = (1u64 << (x % 64), 1u64 << (y % 64));
+            if taken[x as usize / 64] & xm == 0 && taken[y as usize / 64] & ym == 0 {
+                taken[x as usize / 64] |= xm;
+                taken[y as usize / 64] |= ym;
+                sum += p as u32;
+            }
+        }
+        sum
     }
 
     proptest! {
-        /// The pass per penalty takes the same pairs as sorting: random pairs
-        /// of squares (`x < y`, ascending as `sum` finds them), penalties
-        /// from 1 to 254.
+        /// Merging two descending lists takes the same pairs as sorting them
+        /// all: random pairs of squares (`x < y`), penalties from 1 to 254
+        /// (or few distinct ones), split at random between the two lists.
         #[test]
         fn greedy_agrees_with_sorting(
             pairs in proptest::collection::btree_set((0u16..200, 0u16..200), 0..60),
             penalties in proptest::collection::vec(1u8..=254, 60),
+            split in proptest::collection::vec(any::<bool>(), 60),
             few in any::<bool>(),
         ) {
             let found: Vec<(u8, u16, u16)> = pairs
@@ -497,9 +722,23 @@ mod tests {
                 .zip(&penalties)
                 .map(|(&(x, y), &p)| (if few { 1 + p % 3 } else { p }, x, y))
                 .collect();
+            let boxes: Vec<u16> = found.iter().flat_map(|&(_, x, y)| [x, y]).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+            let rank = |x: u16| boxes.binary_search(&x).unwrap() as u8;
+            let mut lists = [Vec::new(), Vec::new()];
+            for (&(p, x, y), &s) in found.iter().zip(&split) {
+                lists[s as usize].push(packed(p, x, y, rank(x), rank(y)));
+            }
+            for l in &mut lists {
+                sort_descending(l);
+                prop_assert!(l.windows(2).all(|w| w[0] > w[1]));
+            }
             let words = 200usize.div_ceil(64);
-            let mut taken = Vec::new();
-            prop_assert_eq!(greedy(&found, &mut taken, words), greedy_by_sorting(&found, words));
+            lists[1].push(0);
+            let merged = greedy::<u128>(&lists[0], &lists[1], None, boxes.len() as u32);
+            if boxes.len() < 64 {
+                prop_assert_eq!(merged, greedy::<u64>(&lists[0], &lists[1], None, boxes.len() as u32));
+            }
+            prop_assert_eq!(merged, greedy_by_sorting(&found, words));
         }
     }
 }

@@ -2,7 +2,8 @@
 //! every answer, and its iterations and `--upper-bound` end as they should.
 
 use crate::common::{
-    board_of, for_levels, goal_seeds, level_with_boxes, level_with_boxes_apart, repo, start_state, State,
+    board_of, for_levels, goal_seeds, level_with_boxes, level_with_boxes_apart, level_with_boxes_on_goals, repo,
+    start_state, State,
 };
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
@@ -125,6 +126,46 @@ fn the_successor_shortcut_agrees_with_the_matching() {
     });
     eprintln!("the_successor_shortcut_agrees_with_the_matching: {tally:?}");
     tally.assert_covers(200, 0.07, true);
+}
+
+/// The pair penalties of a successor, found from its parent's pairs (the
+/// moved box's dropped, its new square's added, the player's regions looked
+/// up again), are those of its boxes found afresh: every push and pull of
+/// the reachable states of random crowded levels, parents one after another
+/// as the engine meets them, with sums of other box sets in between.
+#[test]
+fn the_pair_sum_of_a_successor_is_the_sum_of_its_boxes() {
+    let positive = std::sync::atomic::AtomicU64::new(0);
+    let tally = for_levels(150, level_with_boxes_on_goals(3, 6, 40), |text, board| {
+        let Some(pairs) = LowerBounds::new(&board, true).pairs else { return Ok(None) };
+        let mut sc = Scratch::new(&board);
+        let states = distances(&board, vec![start_state(&board, &mut sc)], true);
+        for (boxes, player) in states.keys().take(400) {
+            for forward in [true, false] {
+                let mut children = Vec::new();
+                if forward {
+                    for_each_push(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| {
+                        children.push((b.to_vec(), m.from))
+                    });
+                } else {
+                    for_each_pull(&board, &mut sc, boxes, *player, Pruning::NONE, |b, p, _| children.push((b.to_vec(), p)));
+                }
+                for (child, at) in children {
+                    let to = *child.iter().find(|c| boxes.binary_search(c).is_err()).unwrap();
+                    let from = *boxes.iter().find(|b| child.binary_search(b).is_err()).unwrap();
+                    let fresh = pairs.sum(&child, at, forward);
+                    let kept = pairs.sum_child(boxes, from, to, &child, at, forward);
+                    prop_assert_eq!(kept, fresh, "{}: {:?} to {:?} forward {}", text, boxes, child, forward);
+                    positive.fetch_add((fresh > 0) as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(Some(states.keys().any(|(b, _)| *b == board.goals)))
+    });
+    let positive = positive.into_inner();
+    eprintln!("the_pair_sum_of_a_successor_is_the_sum_of_its_boxes: {tally:?}, {positive} positive sums");
+    assert!(tally.several_boxes >= 100, "{tally:?}");
+    assert!(positive >= 1_000, "only {positive} successors had a pair penalty");
 }
 
 /// The matching plus the pair penalties never exceeds a true distance,
