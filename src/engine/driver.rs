@@ -225,10 +225,17 @@ fn search<K: StateKey, D: Deployment>(
     let kept = tables.as_ref().and_then(|t| t.pairs.as_deref());
     let lower = (spec.bound != BoundSpec::Off)
         .then(|| Arc::new(LowerBounds::with_kept_pairs(board, spec.pair_penalties, kept)));
+    // no solution has fewer pushes than the floor: the start's bound, then
+    // one step of the parity past each bound proven too small; a solution of
+    // that many pushes, however found, is optimal
+    let mut floor = None;
     let mut limit = match (&lower, spec.bound) {
         (None, _) => None,
         (Some(lower), bound) => {
             let start = lower.estimate(&board.start_boxes, board.start_player, true);
+            // an upper bound above it, or a resumed job's iteration (which
+            // may have stepped past a bound not proven), starts no higher
+            floor = Some(start);
             if start == UNREACHABLE {
                 report.status = Status::Unsolvable;
                 report.reason = Some("the boxes cannot each reach a different goal".into());
@@ -255,10 +262,6 @@ fn search<K: StateKey, D: Deployment>(
     let mut totals = SearchStats::default();
     // states the previous iteration stored (the first one counts as growing)
     let mut last_stored = 0u64;
-    // no solution has fewer pushes than this (the start's bound, then one
-    // step of the parity past each bound proven too small): a solution of
-    // this many pushes, however found, is optimal
-    let mut floor = limit;
     loop {
         let t0 = Instant::now();
         let bound = limit.zip(lower.clone()).map(|(limit, l)| Bound { lower: l as Arc<dyn LowerBound>, limit });

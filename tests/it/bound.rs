@@ -283,6 +283,32 @@ fn iterations_that_fail_before_the_one_that_meets() {
 
 /// `--upper-bound` below the optimum is "no solution within N" (exit 1); at
 /// it and above it, the optimum in one iteration.
+/// Regression: `--upper-bound` above the optimum let the probe run in its
+/// one iteration, whose bound a solution may undercut, and the probe's first
+/// solution was reported as the optimum: Microban I #111 (61 pushes) with
+/// `--upper-bound 65` gave 65, #123 (101) with 105 gave 103, and XSokoban
+/// #2 (131) with 141 gave 133. The probe now runs only in an iteration at
+/// the floor (the start's bound, or two past a bound proven too small).
+#[test]
+fn upper_bound_above_the_optimum_is_not_answered_by_the_probe() {
+    let file = repo("levels/Microban_155.xsb");
+    for (level, upper, optimum) in [("111", "65", 61), ("111", "71", 61), ("123", "105", 101)] {
+        let (code, v) = cli(&[
+            "solve",
+            file.to_str().unwrap(),
+            "--level",
+            level,
+            "--upper-bound",
+            upper,
+            "--objective",
+            "pushes",
+            "--json",
+        ]);
+        assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(optimum)), "#{level} --upper-bound {upper}: {v}");
+        assert_eq!(v["iterations"][0]["search"], "layers", "{v}");
+    }
+}
+
 #[test]
 fn upper_bound_below_at_and_above_the_optimum() {
     let file = repo("levels/Microban_155.xsb");

@@ -107,6 +107,27 @@ fn probes_never_change_an_answer() {
     assert!(decided * 3 >= tally.solvable, "the probes decided {decided} of {} solvable levels", tally.solvable);
 }
 
+/// With an upper bound above the optimum (by 2 to 10), a solve with the
+/// probe allowed from the first step gives the optimum: the probe runs only
+/// where no solution can be shorter than the bound (these small levels never
+/// showed the bug below, which needed a probe to take a longer line first:
+/// `upper_bound_above_the_optimum_is_not_answered_by_the_probe` in bound.rs).
+#[test]
+fn an_upper_bound_above_the_optimum_still_gives_the_optimum() {
+    let tally = for_levels(300, level_with_boxes(1, 4), |text, board| {
+        let Some(n) = reference_pushes(text) else { return Ok(Some(false)) };
+        // 1 to 5 parity steps above, varied by the level
+        let above = 1 + text.len() as u32 % 5;
+        let bound = sokoshard::solve::BoundSpec::Upper(n as u32 + 2 * above);
+        let opts = SolveOptions { partitions: 8, probe_after: 0, bound, ..Default::default() };
+        let r = solve_local(Arc::new(board.clone()), &opts, &AtomicBool::new(false), &NoProgress).unwrap();
+        prop_assert_eq!((r.status, r.pushes), (Status::Solved, Some(n)), "{}: upper bound {:?}", text, bound);
+        Ok(Some(true))
+    });
+    eprintln!("an_upper_bound_above_the_optimum_still_gives_the_optimum: {tally:?}");
+    tally.assert_covers(300, 0.07, false);
+}
+
 fn cli(args: &[&str]) -> (i32, serde_json::Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(args).output().unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
