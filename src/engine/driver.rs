@@ -54,8 +54,20 @@ pub use super::report::Objective;
 /// search without PI-corrals (see `moves.rs`), run once the optimum is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pass {
-    Main,
+    /// An iteration of the level's search; `at_floor`: no solution is
+    /// shorter than its bound (so its probe may answer it), which a
+    /// deployment that resumes keeps with its layers.
+    Main { at_floor: bool },
     Moves,
+}
+
+/// The iteration a deployment holds layers of (a cluster job resumed from
+/// its log): its bound (`None` for the plain search) and whether no solution
+/// is shorter than it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    pub bound: Option<u32>,
+    pub at_floor: bool,
 }
 
 /// The policy of one solve.
@@ -122,9 +134,9 @@ pub trait Deployment {
     ) -> Result<(), EngineError>;
 
     /// The bounded search's iteration whose layers this deployment already
-    /// holds (a cluster job resumed from its log): `Some(None)` for the plain
-    /// search, `None` when it holds none. The driver starts there.
-    fn resumed_bound(&self) -> Option<Option<u32>> {
+    /// holds (a cluster job resumed from its log), `None` when it holds none.
+    /// The driver starts there.
+    fn resumed(&self) -> Option<Resumed> {
         None
     }
 
@@ -233,8 +245,7 @@ fn search<K: StateKey, D: Deployment>(
         (None, _) => None,
         (Some(lower), bound) => {
             let start = lower.estimate(&board.start_boxes, board.start_player, true);
-            // an upper bound above it, or a resumed job's iteration (which
-            // may have stepped past a bound not proven), starts no higher
+            // an upper bound above it starts no higher
             floor = Some(start);
             if start == UNREACHABLE {
                 report.status = Status::Unsolvable;
@@ -252,8 +263,14 @@ fn search<K: StateKey, D: Deployment>(
                     }
                 },
                 // a resumed job goes on with the iteration it was in
-                _ => match deployment.resumed_bound() {
-                    Some(resumed) => resumed.map(|u| u.max(start)),
+                _ => match deployment.resumed() {
+                    Some(resumed) => {
+                        let bound = resumed.bound.map(|u| u.max(start));
+                        if resumed.at_floor {
+                            floor = bound;
+                        }
+                        bound
+                    }
                     None => Some(start),
                 },
             }
@@ -274,7 +291,7 @@ fn search<K: StateKey, D: Deployment>(
         // probes only where no solution can be shorter than the bound
         let probing = limit.is_some() && limit == floor;
         let mut probes = Probes::new(spec, probing, max_states);
-        deployment.search(Pass::Main, &problem, tables.as_ref(), cancel, &mut |backend| {
+        deployment.search(Pass::Main { at_floor: probing }, &problem, tables.as_ref(), cancel, &mut |backend| {
             let found = match backend.resumed_meeting() {
                 Some(end) => end,
                 None => {

@@ -8,7 +8,7 @@ use super::backend::{ClusterBackend, Phase};
 use super::tables::{tables_for, tables_path};
 use super::{Kind, Shared, State};
 use crate::engine::driver::{
-    solve, BoundSpec, Deployment, Objective, Observers, Pass, SolveSpec, TableSource, PROBE_AFTER, PROBE_MAX,
+    solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource, PROBE_AFTER, PROBE_MAX,
 };
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::report::SolveReport;
@@ -183,14 +183,20 @@ impl Deployment for ClusterDeployment<'_> {
                     .map_err(engine_error)?;
             return search(&mut backend);
         }
-        if rec.bound != limit {
+        let at_floor = matches!(pass, Pass::Main { at_floor: true });
+        if rec.bound != limit || rec.at_floor != at_floor {
             // a new iteration of the bounded search: its layers start afresh
-            // (the workers keep none of the last one's: they are told 0 layers)
+            // (the workers keep none of the last one's: they are told 0
+            // layers); the same one resumed keeps them
+            let fresh = rec.bound != limit;
             self.sh
                 .update(self.id, true, |r| {
-                    r.bound = limit;
-                    r.layers = [Vec::new(), Vec::new()];
-                    r.meeting = None;
+                    r.at_floor = at_floor;
+                    if fresh {
+                        r.bound = limit;
+                        r.layers = [Vec::new(), Vec::new()];
+                        r.meeting = None;
+                    }
                 })
                 .map_err(engine_error)?;
         }
@@ -201,10 +207,11 @@ impl Deployment for ClusterDeployment<'_> {
         search(&mut backend)
     }
 
-    fn resumed_bound(&self) -> Option<Option<u32>> {
+    fn resumed(&self) -> Option<Resumed> {
         // the iteration whose layers the log holds, if any
         let rec = self.sh.record(self.id)?;
-        (!rec.layers[0].is_empty() || !rec.layers[1].is_empty()).then_some(rec.bound)
+        (!rec.layers[0].is_empty() || !rec.layers[1].is_empty())
+            .then_some(Resumed { bound: rec.bound, at_floor: rec.at_floor })
     }
 
     fn finish_report(&mut self, report: &mut SolveReport) {

@@ -785,6 +785,25 @@ mod tests {
         assert_eq!((again.len(), next), (2, 9));
     }
 
+    /// Whether a resumed iteration's bound is at the floor (so its probe may
+    /// answer it) is kept with its layers; a record written before it was
+    /// kept reads as not at the floor (the probe waits for a proven bound).
+    #[test]
+    fn a_record_keeps_whether_its_iteration_is_at_the_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
+        let mut at = record(1);
+        (at.bound, at.at_floor) = (Some(13), true);
+        persist::write(&job_path(dir.path(), 1), RECORD_MAGIC, RECORD_VERSION, &at).unwrap();
+        let mut old = serde_json::to_value(record(2)).unwrap();
+        old.as_object_mut().unwrap().remove("at_floor").expect("the field is written");
+        old["bound"] = serde_json::json!(13);
+        persist::write(&job_path(dir.path(), 2), RECORD_MAGIC, RECORD_VERSION, &old).unwrap();
+        let (jobs, _) = load_jobs(dir.path()).unwrap();
+        let kept: Vec<(Option<u32>, bool)> = jobs.iter().map(|r| (r.bound, r.at_floor)).collect();
+        assert_eq!(kept, [(Some(13), true), (Some(13), false)]);
+    }
+
     #[test]
     fn a_record_of_another_job_or_version_fails_that_job_alone() {
         let dir = tempfile::tempdir().unwrap();

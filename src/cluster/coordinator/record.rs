@@ -169,6 +169,11 @@ pub struct JobRecord {
     /// the plain search).
     #[serde(default)]
     pub bound: Option<u32>,
+    /// Whether no solution is shorter than `bound` (the iteration's probe
+    /// may answer it); false in a log written before it was kept, so such a
+    /// job resumes without a probe until an iteration proves its bound.
+    #[serde(default)]
+    pub at_floor: bool,
 }
 
 impl JobRecord {
@@ -200,6 +205,7 @@ impl JobRecord {
             seconds: 0.0,
             kpg_seconds: 0.0,
             bound: None,
+            at_floor: false,
         }
     }
 }
