@@ -85,6 +85,32 @@ fn the_lower_bound_never_exceeds_a_true_distance() {
     tally.assert_covers(200, 0.07, true);
 }
 
+/// A push or pull: the boxes after it, the square the moved box left and
+/// the one it came to, and the player's square after it.
+struct Successor {
+    boxes: Vec<u16>,
+    from: u16,
+    to: u16,
+    player: u16,
+}
+
+/// Every push (`forward`) or pull of a state, with no pruning.
+fn successors(board: &Board, sc: &mut Scratch, boxes: &[u16], player: u16, forward: bool) -> Vec<Successor> {
+    let mut out = Vec::new();
+    let mut add = |b: &[u16], at: u16| {
+        let to = *b.iter().find(|c| boxes.binary_search(c).is_err()).unwrap();
+        let from = *boxes.iter().find(|x| b.binary_search(x).is_err()).unwrap();
+        out.push(Successor { boxes: b.to_vec(), from, to, player: at });
+    };
+    if forward {
+        // after a push the player stands where the box stood
+        for_each_push(board, sc, boxes, player, Pruning::NONE, |b, _, m| add(b, m.from));
+    } else {
+        for_each_pull(board, sc, boxes, player, Pruning::NONE, |b, p, _| add(b, p));
+    }
+    out
+}
+
 /// The successor shortcut answers "over the cap?" as the full matching
 /// does, for every push and pull of every reachable state and every cap.
 #[test]
@@ -97,18 +123,7 @@ fn the_successor_shortcut_agrees_with_the_matching() {
         let mut checked = 0;
         for (boxes, player) in states.keys().take(300) {
             for forward in [true, false] {
-                let mut moves = Vec::new();
-                if forward {
-                    for_each_push(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| {
-                        moves.push((b.to_vec(), m.from))
-                    });
-                } else {
-                    for_each_pull(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| {
-                        moves.push((b.to_vec(), m.from))
-                    });
-                }
-                for (child, from) in moves {
-                    let to = *child.iter().find(|c| boxes.binary_search(c).is_err()).unwrap();
+                for Successor { boxes: child, from, to, .. } in successors(&board, &mut sc, boxes, *player, forward) {
                     let exact = lower.estimate(&child, forward);
                     for cap in 0..exact.saturating_add(3).min(200) {
                         let v = lower.estimate_child(boxes, from, to, &child, forward, cap);
@@ -142,17 +157,8 @@ fn the_pair_sum_of_a_successor_is_the_sum_of_its_boxes() {
         let states = distances(&board, vec![start_state(&board, &mut sc)], true);
         for (boxes, player) in states.keys().take(400) {
             for forward in [true, false] {
-                let mut children = Vec::new();
-                if forward {
-                    for_each_push(&board, &mut sc, boxes, *player, Pruning::NONE, |b, _, m| {
-                        children.push((b.to_vec(), m.from))
-                    });
-                } else {
-                    for_each_pull(&board, &mut sc, boxes, *player, Pruning::NONE, |b, p, _| children.push((b.to_vec(), p)));
-                }
-                for (child, at) in children {
-                    let to = *child.iter().find(|c| boxes.binary_search(c).is_err()).unwrap();
-                    let from = *boxes.iter().find(|b| child.binary_search(b).is_err()).unwrap();
+                for Successor { boxes: child, from, to, player: at } in successors(&board, &mut sc, boxes, *player, forward)
+                {
                     let fresh = pairs.sum(&child, at, forward);
                     let kept = pairs.sum_child(boxes, from, to, &child, at, forward);
                     prop_assert_eq!(kept, fresh, "{}: {:?} to {:?} forward {}", text, boxes, child, forward);
