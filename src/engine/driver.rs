@@ -57,7 +57,9 @@ pub enum Pass {
     /// An iteration of the level's search; `at_floor`: no solution is
     /// shorter than its bound (so its probe may answer it), which a
     /// deployment that resumes keeps with its layers.
-    Main { at_floor: bool },
+    Main {
+        at_floor: bool,
+    },
     Moves,
 }
 

@@ -318,11 +318,9 @@ impl PairPenalties {
             out.rank[b as usize] = i as u8;
         }
         for &x in boxes {
-            self.partners(x, &out.bits, forward, |y| {
-                match self.entry(x, y, forward) {
-                    Entry::Fixed(p) => out.fixed.push(packed(p, x, y, out.rank[x as usize], out.rank[y as usize])),
-                    Entry::Regional(i) => out.regional.push((x, y, i)),
-                }
+            self.partners(x, &out.bits, forward, |y| match self.entry(x, y, forward) {
+                Entry::Fixed(p) => out.fixed.push(packed(p, x, y, out.rank[x as usize], out.rank[y as usize])),
+                Entry::Regional(i) => out.regional.push((x, y, i)),
             });
         }
         out.fixed.sort_unstable_by(|a, b| b.cmp(a));

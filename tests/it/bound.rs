@@ -157,7 +157,8 @@ fn the_pair_sum_of_a_successor_is_the_sum_of_its_boxes() {
         let states = distances(&board, vec![start_state(&board, &mut sc)], true);
         for (boxes, player) in states.keys().take(400) {
             for forward in [true, false] {
-                for Successor { boxes: child, from, to, player: at } in successors(&board, &mut sc, boxes, *player, forward)
+                for Successor { boxes: child, from, to, player: at } in
+                    successors(&board, &mut sc, boxes, *player, forward)
                 {
                     let fresh = pairs.sum(&child, at, forward);
                     let kept = pairs.sum_child(boxes, from, to, &child, at, forward);
