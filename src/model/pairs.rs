@@ -227,6 +227,12 @@ impl PairPenalties {
             if t.len() != floor * floor {
                 return Err(format!("{name} pair table of {} entries, the board needs {}", t.len(), floor * floor));
             }
+            // a pair's two orders are one entry (a sum reads either)
+            for x in 0..floor {
+                if let Some(y) = (x + 1..floor).find(|&y| t[x * floor + y] != t[y * floor + x]) {
+                    return Err(format!("{name} pair table differs between squares {x}, {y} and {y}, {x}"));
+                }
+            }
         }
         for side in 0..2 {
             if parts.regional_at[side].len() != pairs {

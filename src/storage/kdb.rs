@@ -419,6 +419,13 @@ mod tests {
         let mut b = body.to_vec();
         b.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(body).to_le_bytes());
         assert!(matches!(decode(p, &b), Err(KdbError::Corrupt { .. })), "{:?}", decode(p, &b).err());
+        // pair tables whose two orders of a pair differ (which only a file
+        // made by hand could hold under a good checksum) are refused
+        let mut parts = t.pairs.as_ref().unwrap().parts();
+        let floor = board(LEVEL).floor_count();
+        parts.forward[1] = parts.forward[floor] ^ 1;
+        let e = PairPenalties::from_parts(&board(LEVEL), parts).err().unwrap();
+        assert!(e.contains("forward pair table differs between squares 0, 1"), "{e}");
         // a database for another level is refused
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("x.kdb");
