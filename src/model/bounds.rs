@@ -170,7 +170,7 @@ impl LowerBounds {
 
     /// [`PushDistances::child_bound`] with the child's pair penalties added.
     pub fn estimate_child(&self, c: &Child<'_>, forward: bool, cap: u32, exact: bool) -> u32 {
-        let extra = self.pairs.as_ref().map_or(0, |p| p.sum_child(c.parent, c.from, c.to, c.boxes, c.player, forward));
+        let extra = self.pairs.as_ref().map_or(0, |p| p.sum_child(c.parent, c.from, c.to, c.player, forward));
         with_pairs(extra, cap, |cap| self.distances.child_bound(c.parent, c.from, c.to, c.boxes, forward, cap, exact))
     }
 }

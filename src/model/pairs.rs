@@ -283,17 +283,17 @@ impl PairPenalties {
         })
     }
 
-    /// [`PairPenalties::sum`] of the successor `child` of `parent` whose box
-    /// moved from `from` to `to`, the same number, by less work: the pairs of
+    /// [`PairPenalties::sum`] of the successor of `parent` whose box moved
+    /// from `from` to `to`, the same number, by less work: the pairs of
     /// the parent are found once per parent and thread (successors come one
     /// parent after another), and a successor only drops the pairs of `from`,
     /// adds those of `to` and looks up the pairs whose penalty depends on
     /// where the player stands.
-    pub fn sum_child(&self, parent: &[u16], from: u16, to: u16, child: &[u16], player: u16, forward: bool) -> u32 {
+    pub fn sum_child(&self, parent: &[u16], from: u16, to: u16, player: u16, forward: bool) -> u32 {
         if !self.useful {
             return 0;
         }
-        debug_assert!(parent.binary_search(&from).is_ok() && child.binary_search(&to).is_ok());
+        debug_assert!(parent.binary_search(&from).is_ok() && parent.binary_search(&to).is_err());
         PICK.with(|pick| {
             let mut pick = pick.borrow_mut();
             let Pick { owner, parent: kept, list, scratch, .. } = &mut *pick;
@@ -324,7 +324,7 @@ impl PairPenalties {
             out.rank[b as usize] = i as u8;
         }
         for &x in boxes {
-            self.partners(x, &out.bits, forward, |y| match self.entry(x, y, forward) {
+            self.partners(x, &out.bits, forward, true, u16::MAX, |y| match self.entry(x, y, forward) {
                 Entry::Fixed(p) => out.fixed.push(packed(p, x, y, out.rank[x as usize], out.rank[y as usize])),
                 Entry::Regional(i) => out.regional.push((x, y, i)),
             });
@@ -332,17 +332,21 @@ impl PairPenalties {
         out.fixed.sort_unstable_by(|a, b| b.cmp(a));
     }
 
-    /// Calls `f` with every box `y > x` of `bits` whose pair with `x` may have
-    /// a penalty (those in `x`'s bitset, from `x`'s word on with the squares up
-    /// to `x` masked).
-    fn partners(&self, x: u16, bits: &[u64], forward: bool, mut f: impl FnMut(u16)) {
+    /// Calls `f` with every box `y` of `bits` but `except` whose pair with `x`
+    /// may have a penalty (those in `x`'s bitset); with `above` only those
+    /// above `x` (from `x`'s word on, the squares up to `x` masked), so that
+    /// a walk over all boxes meets each pair once.
+    fn partners(&self, x: u16, bits: &[u64], forward: bool, above: bool, except: u16, mut f: impl FnMut(u16)) {
         let words = bits.len();
         let nz = &self.nonzero[!forward as usize][x as usize * words..(x as usize + 1) * words];
         let (xw, xb) = (x as usize / 64, x as usize % 64);
-        for w in xw..words {
+        for w in if above { xw } else { 0 }..words {
             let mut m = nz[w] & bits[w];
-            if w == xw {
+            if above && w == xw {
                 m &= !((2u64 << xb).wrapping_sub(1));
+            }
+            if w == except as usize / 64 {
+                m &= !(1u64 << (except % 64));
             }
             while m != 0 {
                 f((w * 64 + m.trailing_zeros() as usize) as u16);
@@ -400,27 +404,21 @@ impl PairPenalties {
             let rank = |y: u16| if y == to { list.boxes } else { list.rank[y as usize] };
             // the pairs of `to` with the other boxes: `to` is none of them
             // and `from` is no longer one
-            let words = list.bits.len();
-            let nz = &self.nonzero[!forward as usize][to as usize * words..(to as usize + 1) * words];
-            for (w, (&nz, &bits)) in nz.iter().zip(&list.bits).enumerate() {
-                let mut m = nz & bits;
-                if w == from as usize / 64 {
-                    m &= !(1u64 << (from % 64));
+            let mut dead = false;
+            self.partners(to, &list.bits, forward, false, from, |y| {
+                let (x, y) = (to.min(y), to.max(y));
+                let p = match self.entry(x, y, forward) {
+                    Entry::Fixed(p) => p,
+                    Entry::Regional(i) => self.regional_penalty(x, y, i, player, forward),
+                };
+                match p {
+                    DEAD => dead = true,
+                    0 => {}
+                    p => s.extra.push(packed(p, x, y, rank(x), rank(y))),
                 }
-                while m != 0 {
-                    let y = (w * 64 + m.trailing_zeros() as usize) as u16;
-                    m &= m - 1;
-                    let (x, y) = (to.min(y), to.max(y));
-                    let p = match self.entry(x, y, forward) {
-                        Entry::Fixed(p) => p,
-                        Entry::Regional(i) => self.regional_penalty(x, y, i, player, forward),
-                    };
-                    match p {
-                        DEAD => return super::bounds::UNREACHABLE,
-                        0 => {}
-                        p => s.extra.push(packed(p, x, y, rank(x), rank(y))),
-                    }
-                }
+            });
+            if dead {
+                return super::bounds::UNREACHABLE;
             }
         }
         sort_descending(&mut s.extra);

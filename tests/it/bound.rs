@@ -161,7 +161,7 @@ fn the_pair_sum_of_a_successor_is_the_sum_of_its_boxes() {
                     successors(&board, &mut sc, boxes, *player, forward)
                 {
                     let fresh = pairs.sum(&child, at, forward);
-                    let kept = pairs.sum_child(boxes, from, to, &child, at, forward);
+                    let kept = pairs.sum_child(boxes, from, to, at, forward);
                     prop_assert_eq!(kept, fresh, "{}: {:?} to {:?} forward {}", text, boxes, child, forward);
                     positive.fetch_add((fresh > 0) as u64, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -288,8 +288,6 @@ fn iterations_that_fail_before_the_one_that_meets() {
     assert_eq!(bounds(&[]), vec![8]);
 }
 
-/// `--upper-bound` below the optimum is "no solution within N" (exit 1); at
-/// it and above it, the optimum in one iteration.
 /// Regression: `--upper-bound` above the optimum let the probe run in its
 /// one iteration, whose bound a solution may undercut, and the probe's first
 /// solution was reported as the optimum: Microban I #111 (61 pushes) with
@@ -316,6 +314,8 @@ fn upper_bound_above_the_optimum_is_not_answered_by_the_probe() {
     }
 }
 
+/// `--upper-bound` below the optimum is "no solution within N" (exit 1); at
+/// it and above it, the optimum in one iteration.
 #[test]
 fn upper_bound_below_at_and_above_the_optimum() {
     let file = repo("levels/Microban_155.xsb");
