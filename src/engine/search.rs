@@ -325,6 +325,15 @@ fn record<K: StateKey>(
     stats.disk_bytes = out.disk_bytes;
     stats.store_bytes = out.memory_bytes;
     stats.excess.iter_mut().zip(out.excess).for_each(|(a, o)| *a += o);
+    tracing::debug!(
+        side = side.name(),
+        layer = backend.layers(side) - 1,
+        new_states = out.new_states,
+        generated = out.generated,
+        stored = stats.stored,
+        bound,
+        "layer sealed"
+    );
     progress.layer_done(&LayerEvent {
         side,
         layer: backend.layers(side) - 1,
