@@ -246,6 +246,20 @@ impl PushDistances {
             if c.value.saturating_sub(1) > cap {
                 return Some(c.value - 1);
             }
+            // the parent's potentials with the moved row's lowered to its least
+            // reduced cost are feasible for the child: their sum bounds it
+            // below, and every complete matching of the child has the moved
+            // one's parity; often that decides without a new matching
+            let lower = c.solved.dual_with_row(row, table, self.floor, to);
+            if new != FAR && lower + 1 >= c.value as i64 - old as i64 + new as i64 {
+                return Some(c.value - old as u32 + new as u32);
+            }
+            if lower > cap as i64 {
+                return Some(match dual_bound(lower) {
+                    UNREACHABLE => UNREACHABLE,
+                    v => v + ((v ^ c.value ^ 1) & 1),
+                });
+            }
             Some(MATCHING.with(|m| {
                 let mut m = m.borrow_mut();
                 m.clone_from(&c.solved);
@@ -540,8 +554,8 @@ impl Matching {
         self.free_row(row, table, floor, to);
         let start = self.dual();
         match self.add_row_capped(row + 1, cap as i64 - start) {
-            Some(()) => self.total(),
-            None => dual_bound(self.dual()),
+            Ok(()) => self.total(),
+            Err(risen) => dual_bound(start + risen),
         }
     }
 
@@ -555,6 +569,14 @@ impl Matching {
             self.owner[col] = 0;
         }
         self.u[row + 1] = 0;
+    }
+
+    /// The dual objective of a solved matching after box `row` (0-based) got
+    /// the costs of square `to` and the least potential they allow (the
+    /// others unchanged, so still feasible): a lower bound on the new optimum.
+    fn dual_with_row(&self, row: usize, table: &[u16], floor: usize, to: u16) -> i64 {
+        let least = (0..self.n).map(|t| cost_of(table[t * floor + to as usize]) - self.v[t + 1]).min().unwrap_or(0);
+        self.dual() - self.u[row + 1] + least
     }
 
     /// The dual objective: the sum of the potentials.
@@ -581,26 +603,34 @@ impl Matching {
     /// feasible and every matched pair tight.
     fn add_row(&mut self, row: usize) {
         let done = self.add_row_capped(row, i64::MAX);
-        debug_assert!(done.is_some(), "a rise of i64::MAX is never passed");
+        debug_assert!(done.is_ok(), "a rise of i64::MAX is never passed");
     }
 
-    /// [`Matching::add_row`] that gives up (None) once the steps of the
-    /// path have raised the dual objective by more than `rise`.
-    fn add_row_capped(&mut self, row: usize, rise: i64) -> Option<()> {
+    /// [`Matching::add_row`] that gives up, with how far the dual objective
+    /// would have risen (`Err`), once that is more than `rise`.
+    ///
+    /// Dijkstra over the columns with the potentials updated once at the end
+    /// (each scanned column by how much shorter its path was than the
+    /// augmenting one) rather than after every step: the same columns in the
+    /// same order, so the same matching, with one pass over the columns per
+    /// step instead of two. After the step that reaches a column at distance
+    /// `d`, updating them would have raised the dual by exactly `d`.
+    fn add_row_capped(&mut self, row: usize, rise: i64) -> Result<(), i64> {
         let n = self.n;
-        let mut risen = 0i64;
         let Matching { cost, u, v, way, owner, minv, used, .. } = self;
         owner[0] = row;
+        // minv: each column's shortest path length so far (final once used)
         minv.clear();
         minv.resize(n + 1, i64::MAX);
         used.clear();
         used.resize(n + 1, false);
-        let mut col0 = 0;
+        minv[0] = 0;
+        let (mut col0, mut at) = (0, 0i64);
         loop {
             used[col0] = true;
             let r = owner[col0];
-            let ur = u[r];
-            let (mut delta, mut col1) = (i64::MAX, 0);
+            let base = at - u[r];
+            let (mut best, mut col1) = (i64::MAX, 0);
             // columns 1..=n, all slices of one length so the loop runs unchecked
             let costs = &cost[(r - 1) * n..r * n];
             let (vs, ms, ws, us) = (&v[1..=n], &mut minv[1..=n], &mut way[1..=n], &used[1..=n]);
@@ -608,33 +638,31 @@ impl Matching {
                 if us[i] {
                     continue;
                 }
-                let cur = cost_of(costs[i]) - ur - vs[i];
+                let cur = base + cost_of(costs[i]) - vs[i];
                 if cur < ms[i] {
                     ms[i] = cur;
                     ws[i] = col0;
                 }
-                if ms[i] < delta {
-                    delta = ms[i];
+                if ms[i] < best {
+                    best = ms[i];
                     col1 = i + 1;
                 }
             }
-            for col in 0..=n {
-                if used[col] {
-                    u[owner[col]] += delta;
-                    v[col] -= delta;
-                } else {
-                    minv[col] -= delta;
-                }
-            }
-            col0 = col1;
+            (col0, at) = (col1, best);
             if owner[col0] == 0 {
                 break;
             }
-            // the rows of the path so far rose by delta, its columns fell by
-            // it, one row more than columns: the dual rose by delta
-            risen = risen.saturating_add(delta);
-            if risen > rise {
-                return None;
+            if at > rise {
+                return Err(at);
+            }
+        }
+        // the potentials: a column scanned at distance m (and its row) moved
+        // by the `at - m` of the steps after it; the new row by all of `at`
+        for col in 0..=n {
+            if used[col] {
+                let by = at - minv[col];
+                u[owner[col]] += by;
+                v[col] -= by;
             }
         }
         loop {
@@ -645,7 +673,7 @@ impl Matching {
                 break;
             }
         }
-        Some(())
+        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@ use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::search::NoProgress;
 use sokoshard::model::board::Board;
-use sokoshard::model::bounds::{LowerBounds, PushDistances, UNREACHABLE};
+use sokoshard::model::bounds::{Child, LowerBounds, PushDistances, UNREACHABLE};
 use sokoshard::model::rules::{for_each_pull, for_each_push, normalize_player, Pruning, Scratch};
 use sokoshard::solve::{solve_local, BoundSpec, SolveOptions, Status};
 use std::collections::{HashMap, VecDeque};
@@ -112,24 +112,35 @@ fn successors(board: &Board, sc: &mut Scratch, boxes: &[u16], player: u16, forwa
 }
 
 /// The successor shortcut answers "over the cap?" as the full matching
-/// does, for every push and pull of every reachable state and every cap.
+/// does, for every push and pull of every reachable state and every cap;
+/// asked for an exact value (the probe's order), it gives the matching
+/// itself at or under the cap.
 #[test]
 fn the_successor_shortcut_agrees_with_the_matching() {
     let tally = for_levels(200, level_with_boxes(1, 4), |text, board| {
         prop_assume!(board.unsolvable.is_none());
-        let lower = PushDistances::new(&board);
+        // one matching cache serves both questions, as in the engine
+        let bounds = LowerBounds::new(&board, false);
+        let lower = &bounds.distances;
         let mut sc = Scratch::new(&board);
         let states = distances(&board, vec![start_state(&board, &mut sc)], true);
         let mut checked = 0;
         for (boxes, player) in states.keys().take(300) {
             for forward in [true, false] {
-                for Successor { boxes: child, from, to, .. } in successors(&board, &mut sc, boxes, *player, forward) {
+                for Successor { boxes: child, from, to, player: at } in successors(&board, &mut sc, boxes, *player, forward) {
                     let exact = lower.estimate(&child, forward);
+                    let c = Child { parent: boxes, from, to, boxes: &child, player: at };
                     for cap in 0..exact.saturating_add(3).min(200) {
                         let v = lower.estimate_child(boxes, from, to, &child, forward, cap);
                         prop_assert_eq!(v <= cap, exact <= cap, "{}: cap {} exact {} got {}", text, cap, exact, v);
                         if v > cap {
                             prop_assert!(v <= exact, "{}: {} above the exact {}", text, v, exact);
+                        }
+                        let e = bounds.estimate_child(&c, forward, cap, true);
+                        if exact <= cap {
+                            prop_assert_eq!(e, exact, "{}: cap {} asked exact", text, cap);
+                        } else {
+                            prop_assert!(e > cap && e <= exact, "{}: cap {} exact {} got {}", text, cap, exact, e);
                         }
                         checked += 1;
                     }
