@@ -297,6 +297,8 @@ struct ParentMatch {
     /// Scratch: squares that left and came, from one parent to the next.
     gone: Vec<u16>,
     came: Vec<u16>,
+    /// Scratch: the rows of the boxes that came.
+    freed: Vec<usize>,
 }
 
 /// Parents matched by row replacements before a full solve starts afresh, so
@@ -331,6 +333,9 @@ impl ParentMatch {
             };
         let mut replaced = warm;
         if warm {
+            // every row that changed is freed before any is matched again, so
+            // that each augmenting path may end at any of the freed targets
+            self.freed.clear();
             for k in 0..self.gone.len() {
                 let (gone, came) = (self.gone[k], self.came[k]);
                 // rows hold the last parent's boxes, so every box that left has one
@@ -338,8 +343,15 @@ impl ParentMatch {
                     replaced = false;
                     break;
                 };
-                self.value = self.solved.replace_row(row, table, dist.floor, came);
+                self.solved.free_row(row, table, dist.floor, came);
                 self.rows[row] = came;
+                self.freed.push(row);
+            }
+            if replaced {
+                for &row in &self.freed {
+                    self.solved.add_row(row + 1);
+                }
+                self.value = self.solved.total();
             }
             self.chain += 1;
         }
@@ -539,6 +551,7 @@ impl Matching {
     /// and matches it again; returns the new optimum. The other rows' potentials
     /// stay feasible (their costs did not change) and the freed column keeps
     /// its potential, so one augmenting path restores optimality.
+    #[cfg(test)]
     fn replace_row(&mut self, row: usize, table: &[u16], floor: usize, to: u16) -> u32 {
         self.free_row(row, table, floor, to);
         self.add_row(row + 1);
@@ -767,6 +780,46 @@ mod tests {
                 proptest::prop_assert!(got > cap && got <= want, "cap {} got {} want {}", cap, got, want);
             }
             proptest::prop_assert_eq!(m.replace_row(row, &table, floor, 0), want);
+        }
+    }
+
+    proptest::proptest! {
+        /// A parent's matching brought to the next parent: the rows of every
+        /// box that changed are freed first, then matched again one by one
+        /// from the kept potentials; the optimum is the brute-force one.
+        #[test]
+        fn rows_freed_together_then_matched_agree_with_brute_force(
+            n in 1usize..7,
+            seed in proptest::collection::vec(0u16..12, 49),
+            rows in proptest::collection::vec(0usize..7, 1..4),
+            fresh in proptest::collection::vec(0u16..12, 21),
+        ) {
+            let far = |c: u16| if c >= 10 { FAR } else { c };
+            let costs: Vec<u16> = seed[..n * n].iter().map(|&c| far(c)).collect();
+            let mut m = matching(&costs, n);
+            if m.solve(u32::MAX) == UNREACHABLE {
+                return Ok(());
+            }
+            let mut rows: Vec<usize> = rows.iter().map(|r| r % n).collect();
+            rows.sort_unstable();
+            rows.dedup();
+            // square k of the table stands for the new costs of the k-th changed row
+            let floor = rows.len();
+            let mut table = vec![FAR; n * floor];
+            let mut replaced = costs.clone();
+            for (k, &row) in rows.iter().enumerate() {
+                for t in 0..n {
+                    table[t * floor + k] = far(fresh[k * 7 + t]);
+                    replaced[row * n + t] = table[t * floor + k];
+                }
+            }
+            for (k, &row) in rows.iter().enumerate() {
+                m.free_row(row, &table, floor, k as u16);
+            }
+            for &row in &rows {
+                m.add_row(row + 1);
+            }
+            proptest::prop_assert_eq!(m.total(), brute_force(&replaced, n));
         }
     }
 
