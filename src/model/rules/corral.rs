@@ -37,9 +37,54 @@ pub(super) struct Corrals {
     pub(super) pushes: Vec<(u16, u8)>,
     /// The pushes of the chosen corral (valid after `pi_corral_pushes` says true).
     pub(super) best: Vec<(u16, u8)>,
+    /// Bitboard path: per bit, `(map_stamp, area)` for the squares of the
+    /// current state's areas, filled the first time a square's area is asked
+    /// for (most states never ask).
+    pub(super) area_at: Vec<(u32, u16)>,
+    pub(super) map_stamp: u32,
+    pub(super) map_built: bool,
 }
 
+/// Up to this many areas, a square's area is found by looking through them
+/// (cheaper than building the map of [`Corrals::area_at`]).
+const FEW_AREAS: usize = 8;
+
 impl Corrals {
+    /// The area (bitboard path) holding square `x`, if any: with many areas
+    /// one lookup, the map of the state's areas built on the first call.
+    fn area_at(&mut self, g: &BitGrid, x: u16) -> Option<usize> {
+        if x == NONE {
+            return None;
+        }
+        let rows = g.rows();
+        if self.areas.len() <= FEW_AREAS {
+            let (w, bit) = g.word_bit(x);
+            return (0..self.areas.len()).find(|&a| self.area_bits[a * rows + w] & bit != 0);
+        }
+        if !self.map_built {
+            self.map_built = true;
+            if self.map_stamp == u32::MAX {
+                self.area_at.iter_mut().for_each(|e| *e = (0, 0));
+                self.map_stamp = 0;
+            }
+            self.map_stamp += 1;
+            self.area_at.resize(rows * 64, (0, 0));
+            for (a, area) in self.area_bits.chunks(rows).enumerate() {
+                for (r, &w) in area.iter().enumerate() {
+                    let mut w = w;
+                    while w != 0 {
+                        self.area_at[r * 64 + w.trailing_zeros() as usize] = (self.map_stamp, a as u16);
+                        w &= w - 1;
+                    }
+                }
+            }
+        }
+        match self.area_at[g.pos[x as usize] as usize] {
+            (s, a) if s == self.map_stamp => Some(a as usize),
+            _ => None,
+        }
+    }
+
     /// Keeps the corral just tested (its pushes in `pushes`) when it qualifies
     /// and has fewer pushes than the best so far; true when the search can
     /// stop (a qualifying corral without pushes: the state is dead).
@@ -286,13 +331,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
         }
     }
     c.order.sort_unstable();
-    let area_of = |area_bits: &[u64], x: u16| -> Option<usize> {
-        if x == NONE {
-            return None;
-        }
-        let (w, bit) = g.word_bit(x);
-        (0..area_bits.len() / rows).find(|&a| area_bits[a * rows + w] & bit != 0)
-    };
+    c.map_built = false;
     let mut found = false;
     for i in 0..c.order.len() {
         let start = c.order[i].2;
@@ -359,11 +398,14 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
             let Some((b, d)) = broken else { break true };
             // broken: mended by taking in the area of `behind` or `to`, if one
             // lies outside the corral
-            let in_union = &c.in_union;
-            let outside = |x: u16| area_of(&c.area_bits, x).filter(|&a| !in_union[a]);
-            let Some(a) = outside(board.neighbour(b, opposite(d))).or_else(|| outside(board.neighbour(b, d))) else {
-                break false;
-            };
+            let mut outside = None;
+            for x in [board.neighbour(b, opposite(d)), board.neighbour(b, d)] {
+                if let Some(a) = c.area_at(g, x).filter(|&a| !c.in_union[a]) {
+                    outside = Some(a);
+                    break;
+                }
+            }
+            let Some(a) = outside else { break false };
             c.in_union[a] = true;
             goal_inside |= c.areas[a].0;
             for r in 0..rows {
