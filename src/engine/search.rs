@@ -325,16 +325,7 @@ fn record<K: StateKey>(
     stats.disk_bytes = out.disk_bytes;
     stats.store_bytes = out.memory_bytes;
     stats.excess.iter_mut().zip(out.excess).for_each(|(a, o)| *a += o);
-    tracing::debug!(
-        side = side.name(),
-        layer = backend.layers(side) - 1,
-        new_states = out.new_states,
-        generated = out.generated,
-        stored = stats.stored,
-        bound,
-        "layer sealed"
-    );
-    progress.layer_done(&LayerEvent {
+    let event = LayerEvent {
         side,
         layer: backend.layers(side) - 1,
         new_states: out.new_states,
@@ -345,7 +336,17 @@ fn record<K: StateKey>(
         disk_bytes: out.disk_bytes,
         seconds: started.elapsed().as_secs_f64(),
         bound,
-    });
+    };
+    tracing::debug!(
+        side = side.name(),
+        layer = event.layer,
+        new_states = event.new_states,
+        generated = event.generated,
+        stored = event.stored,
+        bound,
+        "layer sealed"
+    );
+    progress.layer_done(&event);
     Ok(())
 }
 

@@ -237,37 +237,34 @@ impl PushDistances {
             let row = c.rows.iter().position(|&s| s == from)?;
             let col = c.solved.col_of(row);
             let (old, new) = (table[col * self.floor + from as usize], table[col * self.floor + to as usize]);
-            if new != FAR && (!exact || new as u32 + 1 == old as u32) {
-                let moved = c.value - old as u32 + new as u32;
-                if moved <= cap {
-                    return Some(moved);
-                }
+            // the parent's matching moved along with the box: a child's matching
+            let moved = (new != FAR).then(|| c.value - old as u32 + new as u32);
+            if let Some(moved) = moved.filter(|&m| m <= cap && (!exact || new as u32 + 1 == old as u32)) {
+                return Some(moved);
             }
             if c.value.saturating_sub(1) > cap {
                 return Some(c.value - 1);
             }
+            // above the cap only a bound is owed: of the child's parity (one
+            // push changes every finite matching's by one)
+            let of_parity = |v: u32| if v == UNREACHABLE { v } else { v + ((v ^ c.value ^ 1) & 1) };
             // the parent's potentials with the moved row's lowered to its least
             // reduced cost are feasible for the child: their sum bounds it
             // below, and every complete matching of the child has the moved
             // one's parity; often that decides without a new matching
             let lower = c.solved.dual_with_row(row, table, self.floor, to);
-            if new != FAR && lower + 1 >= c.value as i64 - old as i64 + new as i64 {
-                return Some(c.value - old as u32 + new as u32);
+            if let Some(moved) = moved.filter(|&m| lower + 1 >= m as i64) {
+                return Some(moved);
             }
             if lower > cap as i64 {
-                return Some(match dual_bound(lower) {
-                    UNREACHABLE => UNREACHABLE,
-                    v => v + ((v ^ c.value ^ 1) & 1),
-                });
+                return Some(of_parity(dual_bound(lower)));
             }
             Some(MATCHING.with(|m| {
                 let mut m = m.borrow_mut();
                 m.clone_from(&c.solved);
-                // above the cap only a bound is owed: of the child's parity
-                // (one push changes every finite matching's by one)
                 match m.replace_row_capped(row, table, self.floor, to, cap) {
-                    v if v <= cap || v == UNREACHABLE => v,
-                    v => v + ((v ^ c.value ^ 1) & 1),
+                    v if v <= cap => v,
+                    v => of_parity(v),
                 }
             }))
         });

@@ -37,9 +37,9 @@ pub(super) struct Corrals {
     pub(super) pushes: Vec<(u16, u8)>,
     /// The pushes of the chosen corral (valid after `pi_corral_pushes` says true).
     pub(super) best: Vec<(u16, u8)>,
-    /// Bitboard path: per bit, `(map_stamp, area)` for the squares of the
-    /// current state's areas, filled the first time a square's area is asked
-    /// for (most states never ask).
+    /// Bitboard path: per floor square, `(map_stamp, area)` for the squares
+    /// of the current state's areas, filled the first time a square's area
+    /// is asked for (most states never ask).
     pub(super) area_at: Vec<(u32, u16)>,
     pub(super) map_stamp: u32,
     pub(super) map_built: bool,
@@ -68,18 +68,13 @@ impl Corrals {
                 self.map_stamp = 0;
             }
             self.map_stamp += 1;
-            self.area_at.resize(rows * 64, (0, 0));
+            self.area_at.resize(g.pos.len(), (0, 0));
+            let (area_at, stamp) = (&mut self.area_at, self.map_stamp);
             for (a, area) in self.area_bits.chunks(rows).enumerate() {
-                for (r, &w) in area.iter().enumerate() {
-                    let mut w = w;
-                    while w != 0 {
-                        self.area_at[r * 64 + w.trailing_zeros() as usize] = (self.map_stamp, a as u16);
-                        w &= w - 1;
-                    }
-                }
+                g.for_each(area, |f| area_at[f as usize] = (stamp, a as u16));
             }
         }
-        match self.area_at[g.pos[x as usize] as usize] {
+        match self.area_at[x as usize] {
             (s, a) if s == self.map_stamp => Some(a as usize),
             _ => None,
         }
