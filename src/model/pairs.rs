@@ -388,7 +388,9 @@ impl PairPenalties {
             return super::bounds::UNREACHABLE;
         }
         s.extra.clear();
-        for &(x, y, i) in &list.regional {
+        // descending by squares (`regional` ascends): the insertion sort
+        // below then moves only pairs with a larger penalty than those before
+        for &(x, y, i) in list.regional.iter().rev() {
             if keeps(x, y) {
                 match self.regional_penalty(x, y, i, player, forward) {
                     DEAD => return super::bounds::UNREACHABLE,
