@@ -43,6 +43,60 @@ pub(super) struct Corrals {
     pub(super) area_at: Vec<(u32, u16)>,
     pub(super) map_stamp: u32,
     pub(super) map_built: bool,
+    /// Bitboard path: per area, the first and last row of its squares and
+    /// whether a box of its fence stands off goal.
+    pub(super) span: Vec<(u16, u16, bool)>,
+    /// Bitboard path: per row, the test of the corral under test's fence
+    /// boxes on it, kept while the corral grows.
+    pub(super) row_test: Vec<RowTest>,
+    /// Per row, `row_stamp` while its `row_test` holds for the corral
+    /// under test; a new stamp per corral grown.
+    pub(super) row_fresh: Vec<u32>,
+    pub(super) row_stamp: u32,
+}
+
+/// The pushes of a corral's fence boxes on one bitboard row, per direction:
+/// the legal ones into the corral, and the broken ones (those that break
+/// condition (2) or (3) of [`pi_corral_pushes`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct RowTest {
+    legal: [u64; DIRS],
+    bad: [u64; DIRS],
+}
+
+/// Rows `r - 1`, `r` and `r + 1` of a bitboard.
+#[inline]
+fn rows3(r: usize, x: impl Fn(usize) -> u64) -> [u64; 3] {
+    [x(r - 1), x(r), x(r + 1)]
+}
+
+/// [`RowTest`] of row `r` of the corral `u` with fence `fence` (player's
+/// region `reach`).
+fn test_row(g: &BitGrid, reach: &[u64], u: &[u64], fence: &[u64], r: usize) -> RowTest {
+    let mut t = RowTest::default();
+    if fence[r] == 0 {
+        return t;
+    }
+    // never now: a wall, a fence box or the corral
+    let never = rows3(r, |r| !g.floor[r] | fence[r] | u[r]);
+    let (corral, reached) = (rows3(r, |r| u[r]), rows3(r, |r| reach[r]));
+    let closed = rows3(r, |r| !g.floor[r] | fence[r] | g.dead[r]);
+    // the squares of row `r` whose neighbour in direction `d` is set in `x`
+    let toward = |x: &[u64; 3], d: usize| match d {
+        0 => x[0],
+        1 => x[1] >> 1,
+        2 => x[2],
+        _ => x[1] << 1,
+    };
+    for d in 0..DIRS {
+        let behind_never = toward(&never, opposite(d));
+        let into = fence[r] & toward(&corral, d);
+        t.legal[d] = into & !behind_never & toward(&reached, opposite(d));
+        let bad_in = into & !behind_never & !t.legal[d];
+        let out_ok = toward(&closed, d) | behind_never;
+        t.bad[d] = bad_in | (fence[r] & !into & !out_ok);
+    }
+    t
 }
 
 /// Up to this many areas, a square's area is found by looking through them
@@ -276,6 +330,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
         v.resize(rows, 0);
     }
     c.areas.clear();
+    c.span.clear();
     c.order.clear();
     c.area_bits.clear();
     c.fence_bits.clear();
@@ -301,10 +356,15 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
             c.fence_bits.resize(at + rows, 0);
             let fence = &mut c.fence_bits[at..];
             let mut first_box = None;
+            let (mut top, mut bottom, mut off_goal) = (rows, 0, false);
             for rr in 1..rows - 1 {
                 left[rr] &= !area[rr];
                 goal_inside |= area[rr] & g.goal[rr] != 0;
+                if area[rr] != 0 {
+                    (top, bottom) = (top.min(rr), rr);
+                }
                 fence[rr] = beside(area, rr) & occ[rr];
+                off_goal |= fence[rr] & !g.goal[rr] != 0;
                 if first_box.is_none() && fence[rr] != 0 {
                     first_box = Some(g.at[rr * 64 + fence[rr].trailing_zeros() as usize]);
                 }
@@ -323,10 +383,13 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
                 .expect("the box is beside the area");
             c.order.push((b, d as u8, c.areas.len()));
             c.areas.push((goal_inside, 0, 0));
+            c.span.push((top as u16, bottom as u16, off_goal));
         }
     }
     c.order.sort_unstable();
     c.map_built = false;
+    c.row_test.resize(rows, RowTest::default());
+    c.row_fresh.resize(rows, 0);
     let mut found = false;
     for i in 0..c.order.len() {
         let start = c.order[i].2;
@@ -335,62 +398,57 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
         c.in_union[start] = true;
         c.corral_bits.copy_from_slice(&c.area_bits[start * rows..(start + 1) * rows]);
         c.corral_fence.copy_from_slice(&c.fence_bits[start * rows..(start + 1) * rows]);
-        let mut goal_inside = c.areas[start].0;
+        let (mut goal_inside, mut off_goal) = (c.areas[start].0, c.span[start].2);
+        // the rows tested since the corral last changed beside them (a row's
+        // test reads the corral and its fence on the rows next to it); those
+        // above `good` among them have no broken push
+        if c.row_stamp == u32::MAX {
+            c.row_fresh.iter_mut().for_each(|f| *f = 0);
+            c.row_stamp = 0;
+        }
+        c.row_stamp += 1;
+        let stamp = c.row_stamp;
+        let mut good = 1;
         let qualifies = loop {
-            let (u, fence) = (&c.corral_bits, &c.corral_fence);
             // (1) it must be opened: a goal inside or a fence box off goal
-            if !goal_inside && (1..rows - 1).all(|r| fence[r] & !g.goal[r] == 0) {
+            if !goal_inside && !off_goal {
                 break false;
             }
-            // never now: a wall, a fence box or the corral
-            let never = |r: usize| !g.floor[r] | fence[r] | u[r];
-            // the squares of row `r` whose neighbour in direction `d` is in `x(row)`
-            let at = |x: &dyn Fn(usize) -> u64, r: usize, d: usize| match d {
-                0 => x(r - 1),
-                1 => x(r) >> 1,
-                2 => x(r + 1),
-                _ => x(r) << 1,
-            };
-            c.pushes.clear();
+            // the first broken push, in ascending squares and directions
             let mut broken = None;
-            for r in 1..rows - 1 {
-                if fence[r] == 0 {
-                    continue;
+            for r in good..rows - 1 {
+                if c.row_fresh[r] != stamp {
+                    c.row_test[r] = test_row(g, reach, &c.corral_bits, &c.corral_fence, r);
+                    c.row_fresh[r] = stamp;
                 }
-                let mut legal = [0u64; DIRS];
-                let mut bad = [0u64; DIRS];
-                for d in 0..DIRS {
-                    let behind_never = at(&never, r, opposite(d));
-                    let into = fence[r] & at(&|r| u[r], r, d);
-                    legal[d] = into & !behind_never & at(&|r| reach[r], r, opposite(d));
-                    let bad_in = into & !behind_never & !legal[d];
-                    let out_ok = at(&|r| !g.floor[r] | fence[r] | g.dead[r], r, d) | behind_never;
-                    bad[d] = bad_in | (fence[r] & !into & !out_ok);
-                }
-                let any_bad = bad.iter().fold(0, |a, &x| a | x);
-                let mut take = legal.iter().fold(0, |a, &x| a | x);
-                if any_bad != 0 {
-                    // pushes after the first broken one are never looked at
-                    let low = any_bad & any_bad.wrapping_neg();
-                    take &= low - 1;
+                let bad = &c.row_test[r].bad;
+                let any = bad.iter().fold(0, |a, &x| a | x);
+                if any != 0 {
+                    let low = any & any.wrapping_neg();
                     let d = (0..DIRS).find(|&d| bad[d] & low != 0).expect("a direction is broken");
                     broken = Some((g.at[r * 64 + low.trailing_zeros() as usize], d));
-                }
-                while take != 0 {
-                    let low = take & take.wrapping_neg();
-                    let b = g.at[r * 64 + low.trailing_zeros() as usize];
-                    for (d, l) in legal.iter().enumerate() {
-                        if l & low != 0 {
-                            c.pushes.push((b, d as u8));
-                        }
-                    }
-                    take &= take - 1;
-                }
-                if broken.is_some() {
+                    good = r;
                     break;
                 }
             }
-            let Some((b, d)) = broken else { break true };
+            let Some((b, d)) = broken else {
+                c.pushes.clear();
+                for r in 1..rows - 1 {
+                    let legal = &c.row_test[r].legal;
+                    let mut take = legal.iter().fold(0, |a, &x| a | x);
+                    while take != 0 {
+                        let low = take & take.wrapping_neg();
+                        let b = g.at[r * 64 + low.trailing_zeros() as usize];
+                        for (d, l) in legal.iter().enumerate() {
+                            if l & low != 0 {
+                                c.pushes.push((b, d as u8));
+                            }
+                        }
+                        take &= take - 1;
+                    }
+                }
+                break true;
+            };
             // broken: mended by taking in the area of `behind` or `to`, if one
             // lies outside the corral
             let mut outside = None;
@@ -403,10 +461,16 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
             let Some(a) = outside else { break false };
             c.in_union[a] = true;
             goal_inside |= c.areas[a].0;
-            for r in 0..rows {
+            let (top, bottom, off) = c.span[a];
+            off_goal |= off;
+            // the area's squares lie on rows `top..=bottom`, its fence one further
+            for r in top as usize - 1..=bottom as usize + 1 {
                 c.corral_bits[r] |= c.area_bits[a * rows + r];
                 c.corral_fence[r] |= c.fence_bits[a * rows + r];
             }
+            let (lo, hi) = ((top as usize).saturating_sub(2).max(1), (bottom as usize + 2).min(rows - 2));
+            c.row_fresh[lo..=hi].iter_mut().for_each(|f| *f = 0);
+            good = good.min(lo);
         };
         if c.offer(qualifies, &mut found) {
             break;
