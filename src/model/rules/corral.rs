@@ -49,10 +49,8 @@ pub(super) struct Corrals {
     /// Bitboard path: per row, the test of the corral under test's fence
     /// boxes on it, kept while the corral grows.
     pub(super) row_test: Vec<RowTest>,
-    /// Per row, `row_stamp` while its `row_test` holds for the corral
-    /// under test; a new stamp per corral grown.
-    pub(super) row_fresh: Vec<u32>,
-    pub(super) row_stamp: u32,
+    /// Per row, whether its `row_test` holds for the corral under test.
+    pub(super) row_fresh: Vec<bool>,
 }
 
 /// The pushes of a corral's fence boxes on one bitboard row, per direction:
@@ -389,7 +387,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
     c.order.sort_unstable();
     c.map_built = false;
     c.row_test.resize(rows, RowTest::default());
-    c.row_fresh.resize(rows, 0);
+    c.row_fresh.resize(rows, false);
     let mut found = false;
     for i in 0..c.order.len() {
         let start = c.order[i].2;
@@ -402,12 +400,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
         // the rows tested since the corral last changed beside them (a row's
         // test reads the corral and its fence on the rows next to it); those
         // above `good` among them have no broken push
-        if c.row_stamp == u32::MAX {
-            c.row_fresh.iter_mut().for_each(|f| *f = 0);
-            c.row_stamp = 0;
-        }
-        c.row_stamp += 1;
-        let stamp = c.row_stamp;
+        c.row_fresh.fill(false);
         let mut good = 1;
         let qualifies = loop {
             // (1) it must be opened: a goal inside or a fence box off goal
@@ -417,9 +410,9 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
             // the first broken push, in ascending squares and directions
             let mut broken = None;
             for r in good..rows - 1 {
-                if c.row_fresh[r] != stamp {
+                if !c.row_fresh[r] {
                     c.row_test[r] = test_row(g, reach, &c.corral_bits, &c.corral_fence, r);
-                    c.row_fresh[r] = stamp;
+                    c.row_fresh[r] = true;
                 }
                 let bad = &c.row_test[r].bad;
                 let any = bad.iter().fold(0, |a, &x| a | x);
@@ -469,7 +462,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
                 c.corral_fence[r] |= c.fence_bits[a * rows + r];
             }
             let (lo, hi) = ((top as usize).saturating_sub(2).max(1), (bottom as usize + 2).min(rows - 2));
-            c.row_fresh[lo..=hi].iter_mut().for_each(|f| *f = 0);
+            c.row_fresh[lo..=hi].fill(false);
             good = good.min(lo);
         };
         if c.offer(qualifies, &mut found) {

@@ -246,9 +246,10 @@ mod tests {
     /// Random levels and random states on them: the bitboard PI-corral test
     /// and the square-by-square one (the same board without its bit grid)
     /// find the same corral and the same pushes, and both floods the same
-    /// normalized player. Half the states are crowded (a quarter to a half of
+    /// normalized player. Every other level is crowded (a quarter to a half of
     /// the free squares hold boxes), where corrals grow over many areas and
-    /// the bitboard test keeps its rows' tests from one area to the next.
+    /// the bitboard test keeps its rows' tests from one area to the next; the
+    /// other 400 have up to five boxes.
     #[test]
     fn bitboard_rules_agree_with_the_square_by_square_ones() {
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -259,7 +260,8 @@ mod tests {
             (rng % n as u64) as usize
         };
         let (mut states, mut with_corral, mut restricted, mut crowded_corrals) = (0, 0, 0, 0);
-        for _ in 0..400 {
+        for level in 0..800 {
+            let crowded = level % 2 == 1;
             let (w, h) = (5 + next(10), 5 + next(8));
             let mut grid = vec![vec![' '; w]; h];
             for (r, row) in grid.iter_mut().enumerate() {
@@ -274,7 +276,6 @@ mod tests {
             if free.len() < 6 {
                 continue;
             }
-            let crowded = next(2) == 0;
             let boxes = if crowded {
                 (free.len() / 4 + 1 + next(free.len() / 4)).min((free.len() - 1) / 2)
             } else {
