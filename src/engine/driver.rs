@@ -281,6 +281,8 @@ fn search<K: StateKey, D: Deployment>(
     let mut totals = SearchStats::default();
     // states the previous iteration stored (the first one counts as growing)
     let mut last_stored = 0u64;
+    // the one iteration at the floor after a weak bound has been given
+    let mut tried = false;
     loop {
         let t0 = Instant::now();
         let bound = limit.zip(lower.clone()).map(|(limit, l)| Bound { lower: l as Arc<dyn LowerBound>, limit });
@@ -325,8 +327,13 @@ fn search<K: StateKey, D: Deployment>(
                     }
                     next_limit = match limit {
                         // a bound that drops little costs its matchings and saves
-                        // few states: the rest is the plain search
-                        Some(_) if weak(decider) => None,
+                        // few states: the rest is the plain search, after one
+                        // iteration at the floor, where the probe runs (see `weak`)
+                        Some(_) if tried => None,
+                        Some(l) if weak(decider) => {
+                            tried = true;
+                            Some(l + 2)
+                        }
                         Some(l) => Some(next_bound(l, decider, last_stored)),
                         None => None,
                     };
@@ -588,6 +595,19 @@ const SMALL_ITERATION: u64 = 1 << 20;
 
 /// Did the bound drop too little of an iteration to pay for itself? Under
 /// 15% of the successors of an iteration of 10^4 states or more.
+///
+/// A weak iteration is followed by one more, at the floor (two above it),
+/// and then by the plain search. At the floor the probe runs beside the
+/// layers, and a bound that drops little of the states below the optimum
+/// may still be tight along the solutions: on Microban I #153 (336 pushes)
+/// the iteration at 334 drops 12% of its successors, and the plain search
+/// after it stores 29.9 million states, where at 336 the probe finds a
+/// solution after 1.6 million. The try costs at most one iteration whose
+/// sides meet below the optimum, so its layers hold a part of what the plain
+/// search stores (at up to twice the cost per state, with the probe's
+/// share): on Microban II #126 (104 pushes) the plain search takes 10.5 s
+/// after the failed try at 100 took 14.8 s. Measured over both Microban
+/// collections in `docs/benchmarks.md`.
 fn weak(stats: &SearchStats) -> bool {
     let pruned = stats.bound_pruned();
     stats.stored >= 10_000 && pruned * 100 < 15 * (pruned + stats.generated)
@@ -627,7 +647,8 @@ fn add_probe(totals: &mut SearchStats, p: &SearchStats, layers_peak: u64) {
 /// raised until it readmits at least as many dropped successors as the
 /// iteration stored, so that the iterations' costs still grow geometrically
 /// and their sum stays a small multiple of the last one's. A bound that drops
-/// little hands over to the plain search instead (see [`weak`]).
+/// little hands over to the plain search instead, after one iteration at the
+/// floor (see [`weak`]).
 ///
 /// An iteration of fewer than [`SMALL_ITERATION`] states also takes the
 /// smallest step: the iteration that reaches the optimum is usually far
