@@ -357,10 +357,16 @@ fn upper_bound_below_at_and_above_the_optimum() {
     assert!(v.get("iterations").is_none(), "{v}");
 }
 
-/// The bounds and searches of a solve's iterations (`None`: the plain search).
-fn searches(v: &serde_json::Value) -> Vec<(Option<u64>, String)> {
+/// Solves Microban I level `level` with `--objective pushes`, checks its
+/// push count, and gives the report and its iterations' bounds and searches
+/// (`None`: the plain search).
+fn searches(level: &str, pushes: u64) -> (serde_json::Value, Vec<(Option<u64>, String)>) {
+    let file = repo("levels/Microban_155.xsb");
+    let (code, v) = cli(&["solve", file.to_str().unwrap(), "--level", level, "--objective", "pushes", "--json"]);
+    assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(pushes)), "{v}");
     let its = v["iterations"].as_array().unwrap();
-    its.iter().map(|i| (i["bound"].as_u64(), i["search"].as_str().unwrap().to_string())).collect()
+    let its = its.iter().map(|i| (i["bound"].as_u64(), i["search"].as_str().unwrap().to_string())).collect();
+    (v, its)
 }
 
 /// Regression: a bound that dropped little of an iteration handed the rest
@@ -370,11 +376,7 @@ fn searches(v: &serde_json::Value) -> Vec<(Option<u64>, String)> {
 /// floor, where the probe finds the optimum after about 1.6 million.
 #[test]
 fn a_weak_bound_gets_one_iteration_at_the_floor_before_the_plain_search() {
-    let file = repo("levels/Microban_155.xsb");
-    let args = ["solve", file.to_str().unwrap(), "--level", "153", "--objective", "pushes", "--json"];
-    let (code, v) = cli(&args);
-    assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(336)), "{v}");
-    let its = searches(&v);
+    let (v, its) = searches("153", 336);
     assert_eq!(its[its.len() - 2..], [(Some(334), "layers".to_string()), (Some(336), "probe".to_string())], "{v}");
     assert!(v["states"].as_u64().unwrap() < 5_000_000, "{v}");
 }
@@ -383,11 +385,7 @@ fn a_weak_bound_gets_one_iteration_at_the_floor_before_the_plain_search() {
 /// I #99 (131 pushes) is weak at 119, tried at 121, then searched plain.
 #[test]
 fn a_failed_try_at_the_floor_hands_over_to_the_plain_search() {
-    let file = repo("levels/Microban_155.xsb");
-    let args = ["solve", file.to_str().unwrap(), "--level", "99", "--objective", "pushes", "--json"];
-    let (code, v) = cli(&args);
-    assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(131)), "{v}");
-    let its = searches(&v);
+    let (v, its) = searches("99", 131);
     let want = [(Some(119), "layers".to_string()), (Some(121), "layers".to_string()), (None, "layers".to_string())];
     assert_eq!(its[its.len() - 3..], want, "{v}");
 }
