@@ -18,6 +18,7 @@
 
 use super::board::{opposite, Board, DIRS, NONE};
 use super::pairs::PairPenalties;
+use super::triples::{Skipped, TriplePenalties};
 use std::cell::RefCell;
 
 /// No push path: the target cannot be reached from the square.
@@ -123,12 +124,16 @@ pub struct Child<'a> {
 }
 
 /// The bounded search's lower bound: the matching of [`PushDistances`] plus,
-/// where the board is small enough for them, the [`PairPenalties`] of disjoint
-/// pairs of boxes (why the sum is still a lower bound is in `pairs.rs`).
+/// where the board is small enough for them, the larger of two sums of
+/// penalties over disjoint groups of boxes: the [`PairPenalties`] of pairs,
+/// and the [`TriplePenalties`] of triples with the pairs of the boxes left
+/// over (why each sum is still a lower bound is in `pairs.rs` and
+/// `triples.rs`).
 #[derive(Debug, Clone)]
 pub struct LowerBounds {
     pub distances: PushDistances,
     pub pairs: Option<PairPenalties>,
+    pub triples: Option<TriplePenalties>,
 }
 
 impl LowerBounds {
@@ -146,7 +151,20 @@ impl LowerBounds {
             (true, Some(p)) => Some(p.clone()),
             (true, None) => PairPenalties::new(board, &distances),
         };
-        LowerBounds { distances, pairs: pairs.filter(|p| p.useful()) }
+        LowerBounds { distances, pairs: pairs.filter(|p| p.useful()), triples: None }
+    }
+
+    /// The same bound with the triple penalties of `board` added where they
+    /// can be built (see [`TriplePenalties::new`]); unchanged, with the reason,
+    /// where they cannot.
+    pub fn with_triples(mut self, board: &Board) -> (LowerBounds, Option<Skipped>) {
+        match TriplePenalties::new(board, &self.distances) {
+            Ok(t) => {
+                self.triples = Some(t);
+                (self, None)
+            }
+            Err(why) => (self, Some(why)),
+        }
     }
 
     /// The parity (0 or 1) of the push count of every solution of the level.
@@ -165,13 +183,43 @@ impl LowerBounds {
     /// lower bound above `cap`.
     pub fn estimate_capped(&self, boxes: &[u16], player: u16, forward: bool, cap: u32) -> u32 {
         let extra = self.pairs.as_ref().map_or(0, |p| p.sum(boxes, player, forward));
-        with_pairs(extra, cap, |cap| self.distances.estimate_capped(boxes, forward, cap))
+        let matching = |cap| self.distances.estimate_capped(boxes, forward, cap);
+        let h = with_pairs(extra, cap, matching);
+        self.raised_by_triples(h, extra, cap, boxes, player, forward, matching)
     }
 
     /// [`PushDistances::child_bound`] with the child's pair penalties added.
     pub fn estimate_child(&self, c: &Child<'_>, forward: bool, cap: u32, exact: bool) -> u32 {
         let extra = self.pairs.as_ref().map_or(0, |p| p.sum_child(c.parent, c.from, c.to, c.player, forward));
-        with_pairs(extra, cap, |cap| self.distances.child_bound(c.parent, c.from, c.to, c.boxes, forward, cap, exact))
+        let matching = |cap| self.distances.child_bound(c.parent, c.from, c.to, c.boxes, forward, cap, exact);
+        let h = with_pairs(extra, cap, matching);
+        self.raised_by_triples(h, extra, cap, c.boxes, c.player, forward, matching)
+    }
+
+    /// `h`, the matching plus the pairs' `extra`, raised to the matching plus
+    /// the triples' sum where that is larger. Only a state the pairs keep
+    /// (`h <= cap`) is asked, so the triples cost nothing where the pairs
+    /// already drop it; the matching is asked again under the new sum, so a
+    /// value at most the cap stays exactly as good as `matching` makes it.
+    #[allow(clippy::too_many_arguments)]
+    fn raised_by_triples(
+        &self,
+        h: u32,
+        extra: u32,
+        cap: u32,
+        boxes: &[u16],
+        player: u16,
+        forward: bool,
+        matching: impl FnOnce(u32) -> u32,
+    ) -> u32 {
+        let Some(triples) = &self.triples else { return h };
+        if h > cap {
+            return h;
+        }
+        match triples.sum(boxes, player, forward, self.pairs.as_ref()) {
+            grouped if grouped <= extra => h,
+            grouped => with_pairs(grouped, cap, matching),
+        }
     }
 }
 

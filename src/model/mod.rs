@@ -8,3 +8,4 @@ pub mod level;
 pub mod pairs;
 pub mod rules;
 pub mod solution;
+pub mod triples;
