@@ -44,6 +44,9 @@ pub struct SolveOptions {
     pub bound: BoundSpec,
     /// Whether the bound adds the 2-box games' pair penalties (on by default).
     pub pair_penalties: bool,
+    /// Whether the bound also tries the 3-box games' triple penalties (off by
+    /// default: see `--triples`).
+    pub triple_penalties: bool,
     /// Memory budget in bytes for states and successors. With a budget or a
     /// spill directory the solve keeps what fits in RAM and spills the rest;
     /// with neither, everything stays in RAM.
@@ -84,6 +87,7 @@ impl Default for SolveOptions {
             deadline: None,
             bound: BoundSpec::Iterate,
             pair_penalties: true,
+            triple_penalties: false,
             memory_budget: None,
             spill_dir: None,
             keep_spill: false,
@@ -133,6 +137,7 @@ pub fn solve_local_observed(
         tables: opts.tables.clone(),
         bound: opts.bound,
         pair_penalties: opts.pair_penalties,
+        triple_penalties: opts.triple_penalties,
         max_states: opts.max_states,
         deadline: opts.deadline,
         objective: opts.objective,

@@ -137,6 +137,8 @@ fn report_of(r: &SolveResult) -> SolveReport {
         seconds: r.seconds,
         kpg_seconds: r.kpg_seconds,
         kpg: r.kpg as usize,
+        // the cluster's bound has no triple penalties yet
+        triples: false,
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,
         forward_layers: r.forward_layers as usize,

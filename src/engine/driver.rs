@@ -80,6 +80,9 @@ pub struct SolveSpec {
     pub bound: BoundSpec,
     /// Whether the bound adds the 2-box games' pair penalties to the matching.
     pub pair_penalties: bool,
+    /// Whether the bound also tries the 3-box games' triple penalties (with
+    /// the pairs of the boxes left over), where their tables can be built.
+    pub triple_penalties: bool,
     /// Stop (status `limit`) once this many states are stored.
     pub max_states: Option<u64>,
     /// Stop (status `timeout`) at this instant; the table build counts.
@@ -101,6 +104,7 @@ impl Default for SolveSpec {
             tables: TableSource::None,
             bound: BoundSpec::Iterate,
             pair_penalties: true,
+            triple_penalties: false,
             max_states: None,
             deadline: None,
             objective: Objective::PushesMoves,
@@ -237,8 +241,20 @@ fn search<K: StateKey, D: Deployment>(
 ) -> Result<(), EngineError> {
     let patterns = tables.clone().map(|t| t as Arc<dyn PatternCheck>);
     let kept = tables.as_ref().and_then(|t| t.pairs.as_deref());
-    let lower = (spec.bound != BoundSpec::Off)
-        .then(|| Arc::new(LowerBounds::with_kept_pairs(board, spec.pair_penalties, kept)));
+    let lower = (spec.bound != BoundSpec::Off).then(|| {
+        let t0 = Instant::now();
+        let lower = LowerBounds::with_kept_pairs(board, spec.pair_penalties, kept);
+        let (lower, skipped) = if spec.triple_penalties { lower.with_triples(board) } else { (lower, None) };
+        tracing::debug!(
+            seconds = t0.elapsed().as_secs_f64(),
+            pairs = lower.pairs.is_some(),
+            triples = ?lower.triples.as_ref().map(|t| t.counts()),
+            skipped = ?skipped,
+            "bound tables built"
+        );
+        report.triples = lower.triples.is_some();
+        Arc::new(lower)
+    });
     // no solution has fewer pushes than the floor: the start's bound, then
     // one step of the parity past each bound proven too small; a solution of
     // that many pushes, however found, is optimal

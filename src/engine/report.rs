@@ -128,6 +128,10 @@ pub struct SolveReport {
     /// The largest k of the k-PG tables the search used (0: none).
     #[serde(default)]
     pub kpg: usize,
+    /// Whether the bound used triple penalties (asked for with `--triples`
+    /// and built within their work limit).
+    #[serde(default)]
+    pub triples: bool,
     pub forward_layers: usize,
     pub backward_layers: usize,
     pub peak_memory_bytes: u64,
@@ -177,6 +181,7 @@ impl SolveReport {
             generated: 0,
             seconds: 0.0,
             kpg_seconds: 0.0,
+            triples: false,
             kpg: 0,
             forward_layers: 0,
             backward_layers: 0,

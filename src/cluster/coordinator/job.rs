@@ -68,6 +68,8 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
             (false, u) => BoundSpec::Upper(u),
         },
         pair_penalties: !rec.options.no_pair_penalties,
+        // the workers build their own bound without them (not yet on the cluster)
+        triple_penalties: false,
         objective: if rec.options.pushes_only { Objective::Pushes } else { Objective::PushesMoves },
         probe_states: if rec.options.no_probe { 0 } else { PROBE_MAX },
         probe_after: PROBE_AFTER,
