@@ -647,6 +647,22 @@ fn side_table(
     (least, at, regional)
 }
 
+/// One move of a box on `z` in direction `dir` of a k-box game, walls
+/// only (the caller checks the other boxes): by pull (`forward` tables,
+/// played from the targets) or by push, as (where the player stands, where
+/// the box goes, where the player ends). A pull moves the box from `z` to
+/// `z + dir` and the player from `z + dir` to `z + 2 dir`; a push moves the
+/// box to `z + dir` with the player coming from `z - dir` and ending on `z`.
+pub(super) fn game_step(board: &Board, z: u16, dir: usize, forward: bool) -> Option<(u16, u16, u16)> {
+    let (player_at, box_to, player_to) = if forward {
+        let n1 = board.neighbour(z, dir);
+        (n1, n1, if n1 == NONE { NONE } else { board.neighbour(n1, dir) })
+    } else {
+        (board.neighbour(z, opposite(dir)), board.neighbour(z, dir), z)
+    };
+    (player_at != NONE && box_to != NONE && player_to != NONE).then_some((player_at, box_to, player_to))
+}
+
 /// Breadth-first search of the labelled 2-box game from the queued states:
 /// backward by pulls (`forward` tables: distances to the seeds), forward by
 /// pushes (distances from them). `depth[(a * floor + b) * MAX_REGIONS + r]`.
@@ -660,16 +676,8 @@ fn game(board: &Board, regions: &Regions, forward: bool, depth: &mut [u16], queu
         for which in 0..2 {
             let (z, other) = if which == 0 { (a, b) } else { (b, a) };
             for dir in 0..DIRS {
-                // a pull moves the box from z to z + dir, the player from
-                // z + dir to z + 2 dir; a push moves the box to z + dir with
-                // the player coming from z - dir and ending on z
-                let (player_at, box_to, player_to) = if forward {
-                    let n1 = board.neighbour(z, dir);
-                    (n1, n1, if n1 == NONE { NONE } else { board.neighbour(n1, dir) })
-                } else {
-                    (board.neighbour(z, opposite(dir)), board.neighbour(z, dir), z)
-                };
-                if player_at == NONE || box_to == NONE || player_to == NONE || box_to == other || player_to == other {
+                let Some((player_at, box_to, player_to)) = game_step(board, z, dir, forward) else { continue };
+                if box_to == other || player_to == other {
                     continue;
                 }
                 if regions.label(a, b, player_at) != r {

@@ -37,9 +37,9 @@
 //! [`MAX_LABEL_BYTES`] of region labels: a partial table could claim a
 //! penalty that a target set it did not play would undercut.
 
-use super::board::{opposite, Board, DIRS, NONE};
+use super::board::{Board, DIRS, NONE};
 use super::bounds::{PushDistances, UNREACHABLE};
-use super::pairs::PairPenalties;
+use super::pairs::{game_step, PairPenalties};
 
 /// Largest board (floor squares) the tables are built for: the games index
 /// their states by three squares and a region.
@@ -406,18 +406,7 @@ impl<'a> Games<'a> {
             for which in 0..3 {
                 let z = boxes[which];
                 for dir in 0..DIRS {
-                    // a pull moves the box from z to z + dir, the player from
-                    // z + dir to z + 2 dir; a push moves the box to z + dir
-                    // with the player coming from z - dir and ending on z
-                    let (player_at, box_to, player_to) = if forward {
-                        let n1 = board.neighbour(z, dir);
-                        (n1, n1, if n1 == NONE { NONE } else { board.neighbour(n1, dir) })
-                    } else {
-                        (board.neighbour(z, opposite(dir)), board.neighbour(z, dir), z)
-                    };
-                    if player_at == NONE || box_to == NONE || player_to == NONE {
-                        continue;
-                    }
+                    let Some((player_at, box_to, player_to)) = game_step(board, z, dir, forward) else { continue };
                     if boxes.contains(&box_to) || (player_to != z && boxes.contains(&player_to)) {
                         continue;
                     }
