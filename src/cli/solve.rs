@@ -84,7 +84,7 @@ pub struct SolveArgs {
     pub no_pair_penalties: bool,
     /// Also bound by the penalties of 3-box games over disjoint triples of
     /// boxes (with the pairs of the others), where their tables fit a work
-    /// limit of about a second. Off by default: on levels with goal rooms
+    /// limit of two or three seconds. Off by default: on levels with goal rooms
     /// (XSokoban) the search stores several times fewer states, on small
     /// levels each state costs more than the bound saves. The answer is the
     /// same.

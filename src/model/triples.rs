@@ -46,7 +46,7 @@ use super::pairs::{game_step, PairPenalties};
 pub const MAX_FLOOR: usize = 200;
 
 /// Most 3-box game states visited, summed over every target set and both
-/// directions (about a second of work on this project's machine).
+/// directions (up to two or three seconds on this project's machine).
 pub const MAX_WORK: u64 = 12_000_000;
 
 /// Most bytes of region labels (one per floor square per set of three
