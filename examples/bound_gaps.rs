@@ -178,7 +178,8 @@ fn matching(cost: &[Vec<u32>]) -> u32 {
     let n = cost.len();
     const INF: i64 = 1 << 40;
     let c = |i: usize, j: usize| if cost[i][j] == u32::MAX { INF } else { cost[i][j] as i64 };
-    let (mut u, mut v, mut p, mut way) = (vec![0i64; n + 1], vec![0i64; n + 1], vec![0usize; n + 1], vec![0usize; n + 1]);
+    let (mut u, mut v, mut p, mut way) =
+        (vec![0i64; n + 1], vec![0i64; n + 1], vec![0usize; n + 1], vec![0usize; n + 1]);
     for i in 1..=n {
         p[0] = i;
         let (mut j0, mut minv, mut used) = (0, vec![i64::MAX; n + 1], vec![false; n + 1]);
@@ -308,7 +309,8 @@ fn main() {
         player = next;
     }
     let total = states.len() - 1;
-    let names = ["solver", "exact pairs", "exact pairs+triples", "player-aware matching", "player-aware matching + pairs"];
+    let names =
+        ["solver", "exact pairs", "exact pairs+triples", "player-aware matching", "player-aware matching + pairs"];
     let mut gaps = [0u64; 5];
     for (i, (boxes, player)) in states.iter().enumerate() {
         let truth = (total - i) as u32;
@@ -347,6 +349,9 @@ fn main() {
     }
     println!("level {n}, {total} pushes; summed gaps over its {} states:", total + 1);
     for (name, gap) in names.iter().zip(gaps) {
-        println!("  {name:32} {gap}{}", if !small && name != &"solver" && !name.ends_with("matching") { " (skipped)" } else { "" });
+        println!(
+            "  {name:32} {gap}{}",
+            if !small && name != &"solver" && !name.ends_with("matching") { " (skipped)" } else { "" }
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! every answer, and its iterations and `--upper-bound` end as they should.
 
 use crate::common::{
-    board_of, for_fixed_levels, for_levels, goal_seeds, level_with_boxes, level_with_boxes_apart, level_with_boxes_on_goals, repo,
-    start_state, State,
+    board_of, for_fixed_levels, for_levels, goal_seeds, level_with_boxes, level_with_boxes_apart,
+    level_with_boxes_on_goals, repo, start_state, State,
 };
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
@@ -127,7 +127,9 @@ fn the_successor_shortcut_agrees_with_the_matching() {
         let mut checked = 0;
         for (boxes, player) in states.keys().take(300) {
             for forward in [true, false] {
-                for Successor { boxes: child, from, to, player: at } in successors(&board, &mut sc, boxes, *player, forward) {
+                for Successor { boxes: child, from, to, player: at } in
+                    successors(&board, &mut sc, boxes, *player, forward)
+                {
                     let exact = lower.estimate(&child, forward);
                     let c = Child { parent: boxes, from, to, boxes: &child, player: at };
                     for cap in 0..exact.saturating_add(3).min(200) {
@@ -276,7 +278,8 @@ fn the_triple_penalties_never_exceed_a_true_distance() {
         // after another as the engine meets them
         for (boxes, player) in from_start.keys().take(200) {
             for forward in [true, false] {
-                for Successor { boxes: child, from, to, player: at } in successors(&board, &mut sc, boxes, *player, forward)
+                for Successor { boxes: child, from, to, player: at } in
+                    successors(&board, &mut sc, boxes, *player, forward)
                 {
                     let exact = with.estimate(&child, at, forward);
                     let c = Child { parent: boxes, from, to, boxes: &child, player: at };
