@@ -303,8 +303,11 @@ impl<'a> Games<'a> {
         let targets: &[u16] = if forward { &board.goals } else { &board.start_boxes };
         let lone = |t: usize, x: u16| if forward { dist.to_goal(t, x) } else { dist.from_start(t, x) };
         let n = targets.len();
-        // per set of squares (its index): the least penalty per region, for
-        // those the games visit (flooded: `at` is set)
+        // per set of squares (its index): the least penalty per region. Kept
+        // for every set flooded so far, by this side's games or the other's:
+        // the games are complete, so a set and region this side never reaches
+        // is dead for it (on no solution forward, never reached from the
+        // start backward)
         let mut least = vec![[DEAD; REGIONS]; self.at.len()];
         for t1 in 0..n {
             for t2 in t1 + 1..n {

@@ -188,6 +188,37 @@ fn the_pair_sum_of_a_successor_is_the_sum_of_its_boxes() {
     assert!(positive >= 1_000, "only {positive} successors had a pair penalty");
 }
 
+/// Checks the bound `with` at every state of the exact distances `from the
+/// start` and `to the goal` (backward and forward): never above the truth,
+/// never below the weaker `base` (what `with` adds, `what`, never lowers
+/// it), and capped it answers "over the cap?" as it does whole; returns the
+/// states checked and how many `with` raised above `base`.
+fn against_truth(
+    text: &str,
+    with: &LowerBounds,
+    base: &LowerBounds,
+    [from_start, to_goal]: [&HashMap<State, u32>; 2],
+    what: &str,
+) -> Result<(u64, u64), TestCaseError> {
+    let (mut states, mut raised) = (0, 0);
+    for (side, dist, forward) in [("backward", from_start, false), ("forward", to_goal, true)] {
+        for (state, &d) in dist {
+            let h = with.estimate(&state.0, state.1, forward);
+            prop_assert!(h <= d, "{}: {} bound {} > {} for {:?}", text, side, h, d, state);
+            let b = base.estimate(&state.0, state.1, forward);
+            prop_assert!(h >= b, "{}: {} lowered the bound", text, what);
+            states += 1;
+            raised += (h > b) as u64;
+            for cap in [h.saturating_sub(1), h, h + 1] {
+                let c = with.estimate_capped(&state.0, state.1, forward, cap);
+                prop_assert_eq!(c <= cap, h <= cap, "{}: cap {}", text, cap);
+                prop_assert!(c <= h || c == UNREACHABLE, "{}: capped {} above {}", text, c, h);
+            }
+        }
+    }
+    Ok((states, raised))
+}
+
 /// The matching plus the pair penalties never exceeds a true distance,
 /// forward or backward, on random levels of 2 to 4 boxes; and the penalties
 /// really add something on some of them (else the test would test nothing).
@@ -210,25 +241,9 @@ fn the_pair_penalties_never_exceed_a_true_distance() {
             let mut sc = Scratch::new(&board);
             let from_start = distances(&board, vec![start_state(&board, &mut sc)], true);
             let to_goal = distances(&board, goal_seeds(&board, &mut sc), false);
-            let (mut levels, mut states, mut raised) = counts.get();
-            levels += 1;
-            for (side, dist, forward) in [("backward", &from_start, false), ("forward", &to_goal, true)] {
-                for (state, &d) in dist {
-                    let h = with.estimate(&state.0, state.1, forward);
-                    prop_assert!(h <= d, "{}: {} bound {} > {} for {:?}", text, side, h, d, state);
-                    let m = without.estimate(&state.0, state.1, forward);
-                    prop_assert!(h >= m, "{}: the pairs lowered the matching", text);
-                    states += 1;
-                    raised += (h > m) as u64;
-                    // capped and through the successor shortcut, the same answers
-                    for cap in [h.saturating_sub(1), h, h + 1] {
-                        let c = with.estimate_capped(&state.0, state.1, forward, cap);
-                        prop_assert_eq!(c <= cap, h <= cap, "{}: cap {}", text, cap);
-                        prop_assert!(c <= h || c == UNREACHABLE, "{}: capped {} above {}", text, c, h);
-                    }
-                }
-            }
-            counts.set((levels, states, raised));
+            let (states, raised) = against_truth(&text, &with, &without, [&from_start, &to_goal], "the pairs")?;
+            let (levels, all, all_raised) = counts.get();
+            counts.set((levels + 1, all + states, all_raised + raised));
             Ok(())
         })
         .unwrap();
@@ -251,29 +266,14 @@ fn the_triple_penalties_never_exceed_a_true_distance() {
     let tally = for_fixed_levels(150, level_with_boxes_on_goals(3, 5, 30), |text, board| {
         prop_assume!(board.unsolvable.is_none());
         let pairs = LowerBounds::new(&board, true);
-        let (with, _) = LowerBounds::new(&board, true).with_triples(&board);
+        let (with, _) = pairs.clone().with_triples(&board);
         if with.triples.is_none() {
             return Ok(None);
         }
         let mut sc = Scratch::new(&board);
         let from_start = distances(&board, vec![start_state(&board, &mut sc)], true);
         let to_goal = distances(&board, goal_seeds(&board, &mut sc), false);
-        let (mut states, mut raised) = (0u64, 0u64);
-        for (side, dist, forward) in [("backward", &from_start, false), ("forward", &to_goal, true)] {
-            for (state, &d) in dist {
-                let h = with.estimate(&state.0, state.1, forward);
-                prop_assert!(h <= d, "{}: {} bound {} > {} for {:?}", text, side, h, d, state);
-                let p = pairs.estimate(&state.0, state.1, forward);
-                prop_assert!(h >= p, "{}: the triples lowered the bound", text);
-                states += 1;
-                raised += (h > p) as u64;
-                for cap in [h.saturating_sub(1), h, h + 1] {
-                    let c = with.estimate_capped(&state.0, state.1, forward, cap);
-                    prop_assert_eq!(c <= cap, h <= cap, "{}: cap {}", text, cap);
-                    prop_assert!(c <= h || c == UNREACHABLE, "{}: capped {} above {}", text, c, h);
-                }
-            }
-        }
+        let (states, raised) = against_truth(text, &with, &pairs, [&from_start, &to_goal], "the triples")?;
         // successors of the states reachable from the start, parents one
         // after another as the engine meets them
         for (boxes, player) in from_start.keys().take(200) {
