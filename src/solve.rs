@@ -65,6 +65,9 @@ pub struct SolveOptions {
     pub probe_states: u64,
     /// Layered states an iteration stores before its probe starts.
     pub probe_after: u64,
+    /// The most states the moves pass's search may store; `None`: the
+    /// driver's [`moves_budget`](crate::engine::driver::moves_budget).
+    pub moves_states: Option<u64>,
 }
 
 /// Partitions for `threads` worker threads when none are asked for: 4 per
@@ -95,6 +98,7 @@ impl Default for SolveOptions {
             objective: Objective::PushesMoves,
             probe_states: PROBE_MAX,
             probe_after: PROBE_AFTER,
+            moves_states: None,
         }
     }
 }
@@ -143,6 +147,7 @@ pub fn solve_local_observed(
         objective: opts.objective,
         probe_states: probe_cap(opts),
         probe_after: opts.probe_after,
+        moves_states: opts.moves_states,
     };
     let mut local = Local { opts, storage: None };
     solve(&mut local, board, &spec, cancel, observers)

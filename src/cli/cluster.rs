@@ -171,6 +171,9 @@ pub struct SubmitArgs {
     /// What the solution must be optimal for (as `solve --objective`).
     #[arg(long, value_enum, default_value = "pushes,moves")]
     pub objective: super::solve::ObjectiveArg,
+    /// The most states the moves pass's search may store (as `solve --moves-states`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub moves_states: Option<u64>,
     /// One JSON object per level on stdout.
     #[arg(long)]
     pub json: bool,
@@ -325,6 +328,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         no_pair_penalties: a.no_pair_penalties,
         no_probe: a.no_probe,
         pushes_only: a.objective == super::solve::ObjectiveArg::Pushes,
+        moves_states: a.moves_states,
     };
     let _ = ctrlc::set_handler(|| {
         INTERRUPTED.store(true, Ordering::SeqCst);

@@ -110,6 +110,12 @@ pub struct SolveArgs {
     /// stops at the first push-optimal solution.
     #[arg(long, value_enum, default_value = "pushes,moves")]
     pub objective: ObjectiveArg,
+    /// The most states the moves pass's search may store before the pass
+    /// gives up and the push-optimal solution stands (the output says so).
+    /// Without it: 32 times the states of the level's own search, and at
+    /// least 16,777,216.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub moves_states: Option<u64>,
     /// One JSON object per level on stdout.
     #[arg(long)]
     pub json: bool,
@@ -196,6 +202,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         objective: args.objective.into(),
         probe_states: if args.no_probe { 0 } else { sokoshard::engine::driver::PROBE_MAX },
         probe_after: sokoshard::engine::driver::PROBE_AFTER,
+        moves_states: args.moves_states,
     };
     let started = Instant::now();
     let mut outcomes = Vec::new();

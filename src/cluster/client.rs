@@ -89,6 +89,8 @@ pub struct SubmitOptions {
     pub pushes_only: bool,
     /// No probes.
     pub no_probe: bool,
+    /// The most states of the moves pass's search (`None`: automatic).
+    pub moves_states: Option<u64>,
 }
 
 fn state_name(s: i32) -> &'static str {
@@ -232,6 +234,7 @@ impl Client {
                 no_pair_penalties: o.no_pair_penalties,
                 pushes_only: o.pushes_only,
                 no_probe: o.no_probe,
+                moves_states: o.moves_states.unwrap_or(0),
             }),
         };
         let r = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?;

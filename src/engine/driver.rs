@@ -95,6 +95,10 @@ pub struct SolveSpec {
     /// Layered states an iteration stores before its probe starts
     /// ([`PROBE_AFTER`] by default).
     pub probe_after: u64,
+    /// The most states the moves pass's search may store before the pass
+    /// gives up and the push-optimal solution stands; `None`: [`moves_budget`]
+    /// of the level's search.
+    pub moves_states: Option<u64>,
 }
 
 impl Default for SolveSpec {
@@ -110,6 +114,7 @@ impl Default for SolveSpec {
             objective: Objective::PushesMoves,
             probe_states: PROBE_MAX,
             probe_after: PROBE_AFTER,
+            moves_states: None,
         }
     }
 }
@@ -521,7 +526,9 @@ fn moves_search<K: StateKey, D: Deployment>(
     let bound = given.lower.clone().map(|l| Bound { lower: l as Arc<dyn LowerBound>, limit });
     let pruning = Pruning { pi_corrals: false, ..given.spec.pruning };
     let problem = Problem::<K>::full(board.clone(), pruning, given.patterns.clone()).with_bound(bound);
-    let max_states = given.spec.max_states.map(|m| m.saturating_sub(report.states));
+    let left = given.spec.max_states.map(|m| m.saturating_sub(report.states));
+    let budget = given.spec.moves_states.unwrap_or_else(|| moves_budget(report.states));
+    let max_states = Some(left.map_or(budget, |l| l.min(budget)));
     let limits = Limits { cancel, max_states, bound: Some(limit) };
     let mut stats = SearchStats::default();
     let result = deployment.search(Pass::Moves, &problem, given.tables.as_ref(), cancel, &mut |backend| {
@@ -533,8 +540,19 @@ fn moves_search<K: StateKey, D: Deployment>(
                 moves_pass(&problem, backend, (forward, backward), cancel, report)
             }
             SearchEnd::Cancelled => Err(EngineError::Cancelled),
-            SearchEnd::Limit => {
+            SearchEnd::Limit if left.is_some_and(|l| l <= budget) => {
                 report.moves_note = Some("the moves pass reached the state limit".into());
+                Ok(())
+            }
+            SearchEnd::Limit => {
+                let why = match given.spec.moves_states {
+                    Some(_) => "as asked".to_string(),
+                    None => format!("{MOVES_PER_STATE} times the level's search, at least {MOVES_MIN_STATES}"),
+                };
+                report.moves_note = Some(format!(
+                    "the moves pass gave up: its search reached its budget of {budget} states ({why}; \
+                     --moves-states sets it)"
+                ));
                 Ok(())
             }
             other => Err(EngineError::Internal(format!(
@@ -546,6 +564,26 @@ fn moves_search<K: StateKey, D: Deployment>(
     report.moves_seconds = t0.elapsed().as_secs_f64();
     report.peak_memory_bytes = report.peak_memory_bytes.max(stats.peak_memory_bytes);
     moves_pass_end(report, result);
+}
+
+/// The moves pass's search may store this many times the states of the
+/// level's search (all its iterations and probes) ...
+pub const MOVES_PER_STATE: u64 = 32;
+
+/// ... and at least this many.
+pub const MOVES_MIN_STATES: u64 = 1 << 24;
+
+/// The most states the moves pass's search stores by default after a level's
+/// search that stored `level_states`: beyond it the pass gives up and the
+/// push-optimal solution stands, so that a solve whose pushes are proven in
+/// seconds does not spend its whole time limit on the moves (the pass's
+/// search, without PI-corrals, can store hundreds of times more: XSokoban
+/// #78's pushes take 455,691 states, its pass more than 156 million in five
+/// minutes). Measured in `docs/benchmarks.md` (the pass's search against
+/// the level's: Microban I #153 22 times, XSokoban #7 77 times but 7.5
+/// million states, #49 6 times).
+pub fn moves_budget(level_states: u64) -> u64 {
+    level_states.saturating_mul(MOVES_PER_STATE).max(MOVES_MIN_STATES)
 }
 
 /// Why a stopped moves pass left the moves as they were.

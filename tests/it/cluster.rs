@@ -307,6 +307,14 @@ fn cluster_of_three_solves_like_local_mode() {
         let last = by(&g).last().unwrap().1.clone().unwrap();
         assert_eq!(last, if extra.is_empty() { "probe" } else { "layers" }, "{g}");
     }
+    // the moves pass's budget travels with the job: over it, the pass gives
+    // up on the workers as it does locally (Microban I #3: 16 states)
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "3", "--json", "--moves-states", "10"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let l = &local_solve(&file, "3-3", &["--moves-states", "10"])[0];
+    assert_eq!((&g["objective"], &g["pushes"], &g["moves_note"]), (&l["objective"], &l["pushes"], &l["moves_note"]));
+    assert_eq!(g["objective"], "pushes", "{g}");
     // one iteration below the optimum: no solution within it, exit 1
     let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "1", "--json", "--upper-bound", "7"]);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());

@@ -102,3 +102,44 @@ fn a_moves_pass_over_the_state_limit_keeps_the_push_optimal_solution() {
     assert_eq!(r.moves_note.as_deref(), Some("the moves pass reached the state limit"));
     assert!(verify(&level, r.solution.as_deref().unwrap()).valid);
 }
+
+/// A moves pass whose search reaches its budget of states gives up, keeps the
+/// push-optimal solution and says why (`--moves-states`, end to end), while
+/// the default budget, a multiple of the level's own search, lets the pass
+/// finish on the same level (Microban I #144: the pass searches about
+/// 232,000 states after the level's 456,000). The regression behind it:
+/// XSokoban #78, whose pushes are proven in a second, spent whole time
+/// limits in its moves pass (more than 156 million states in 300 s).
+#[test]
+fn a_moves_pass_over_its_budget_gives_up_and_says_so() {
+    use sokoshard::engine::driver::{moves_budget, MOVES_MIN_STATES, MOVES_PER_STATE};
+    assert_eq!(moves_budget(0), MOVES_MIN_STATES);
+    assert_eq!(moves_budget(1 << 30), MOVES_PER_STATE << 30);
+    assert_eq!(moves_budget(u64::MAX), u64::MAX);
+    let file = repo("levels/Microban_155.xsb");
+    let run = |extra: &[&str]| {
+        let args = [&["solve", file.to_str().unwrap(), "--level", "144", "--json"][..], extra].concat();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let given = run(&["--moves-states", "10000"]);
+    assert_eq!(
+        (&given["status"], &given["pushes"], &given["objective"]),
+        (&"solved".into(), &36.into(), &"pushes".into())
+    );
+    assert_eq!(
+        given["moves_note"],
+        "the moves pass gave up: its search reached its budget of 10000 states (as asked; --moves-states sets it)"
+    );
+    assert!((10_000..20_000).contains(&given["moves_states"].as_u64().unwrap()), "{given}");
+    let level = split_collection(&std::fs::read_to_string(&file).unwrap(), "Microban_155.xsb")[143].parse().unwrap();
+    let v = verify(&level, given["solution"].as_str().unwrap());
+    assert!(v.valid && v.pushes == 36 && Some(v.moves as u64) == given["moves"].as_u64(), "{v:?}");
+    let auto = run(&[]);
+    assert_eq!(
+        (&auto["pushes"], &auto["objective"], &auto["moves_note"]),
+        (&36.into(), &"pushes,moves".into(), &serde_json::Value::Null)
+    );
+    assert!(auto["moves"].as_u64() < given["moves"].as_u64(), "{auto}\n{given}");
+}

@@ -73,6 +73,7 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         objective: if rec.options.pushes_only { Objective::Pushes } else { Objective::PushesMoves },
         probe_states: if rec.options.no_probe { 0 } else { PROBE_MAX },
         probe_after: PROBE_AFTER,
+        moves_states: (rec.options.moves_states > 0).then_some(rec.options.moves_states),
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
         // the deadline counts the time already run before a coordinator restart
         deadline: (rec.options.timeout > 0.0)

@@ -93,6 +93,9 @@ pub struct Settings {
     /// No probes.
     #[serde(default)]
     pub no_probe: bool,
+    /// The most states of the moves pass's search; 0: automatic.
+    #[serde(default)]
+    pub moves_states: u64,
 }
 
 impl From<&Settings> for JobOptions {
@@ -109,6 +112,7 @@ impl From<&Settings> for JobOptions {
             no_pair_penalties: s.no_pair_penalties,
             pushes_only: s.pushes_only,
             no_probe: s.no_probe,
+            moves_states: s.moves_states,
         }
     }
 }
@@ -127,6 +131,7 @@ impl From<JobOptions> for Settings {
             no_pair_penalties: o.no_pair_penalties,
             pushes_only: o.pushes_only,
             no_probe: o.no_probe,
+            moves_states: o.moves_states,
         }
     }
 }
