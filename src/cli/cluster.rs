@@ -172,7 +172,7 @@ pub struct SubmitArgs {
     #[arg(long, value_enum, default_value = "pushes,moves")]
     pub objective: super::solve::ObjectiveArg,
     /// The most states the moves pass's search may store (as `solve --moves-states`).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = super::solve::parse_states)]
     pub moves_states: Option<u64>,
     /// One JSON object per level on stdout.
     #[arg(long)]

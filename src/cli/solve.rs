@@ -114,7 +114,7 @@ pub struct SolveArgs {
     /// gives up and the push-optimal solution stands (the output says so).
     /// Without it: 32 times the states of the level's own search, and at
     /// least 16,777,216.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = parse_states)]
     pub moves_states: Option<u64>,
     /// One JSON object per level on stdout.
     #[arg(long)]
@@ -130,6 +130,15 @@ pub struct SolveArgs {
 
 pub fn parse_mem(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
+}
+
+/// A count of states, at least one.
+pub fn parse_states(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("expected a number of states of at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: expected a number of states ({e})")),
+    }
 }
 
 fn parse_policy(s: &str) -> Result<SpillPolicy, String> {
