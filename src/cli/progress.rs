@@ -39,8 +39,12 @@ impl Progress for LayerProgress {
             stored = e.stored, seconds = e.seconds, "layer done");
         if let Some(b) = &self.bar {
             let bound = e.bound.map(|u| format!("bound {u} | ")).unwrap_or_default();
+            let (pass, of) = match e.moves_budget {
+                Some(budget) => ("moves pass | ", format!(" of {budget}")),
+                None => ("", String::new()),
+            };
             b.set_message(format!(
-                "{bound}{} layer {} | frontier fwd {} bwd {} | stored {} | {:.0} states/s | mem {} (store {})",
+                "{pass}{bound}{} layer {} | frontier fwd {} bwd {} | stored {}{of} | {:.0} states/s | mem {} (store {})",
                 e.side.name(),
                 e.layer,
                 e.frontiers[0],

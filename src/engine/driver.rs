@@ -10,7 +10,9 @@ use super::moves::{fewest_moves, MovesOutcome, MAX_OPTIMAL_STATES};
 use super::path::rebuild;
 use super::probe::{Probe, ProbeEnd, ProbeStats};
 use super::report::{BoundIteration, IterationSearch, SolveReport, Status};
-use super::search::{bidirectional, bidirectional_with, LayerBackend, Limits, Progress, SearchEnd, SearchStats};
+use super::search::{
+    bidirectional, bidirectional_with, LayerBackend, LayerEvent, Limits, ProbeEvent, Progress, SearchEnd, SearchStats,
+};
 use super::{Bound, EngineError, LowerBound, PatternCheck, Problem, Side};
 use crate::model::board::Board;
 use crate::model::bounds::{LowerBounds, UNREACHABLE};
@@ -530,6 +532,7 @@ fn moves_search<K: StateKey, D: Deployment>(
     let budget = given.spec.moves_states.unwrap_or_else(|| moves_budget(report.states));
     let max_states = Some(left.map_or(budget, |l| l.min(budget)));
     let limits = Limits { cancel, max_states, bound: Some(limit) };
+    let progress = &MovesProgress { inner: progress, budget };
     let mut stats = SearchStats::default();
     let result = deployment.search(Pass::Moves, &problem, given.tables.as_ref(), cancel, &mut |backend| {
         let (starts, goals) = seeds(&problem);
@@ -564,6 +567,23 @@ fn moves_search<K: StateKey, D: Deployment>(
     report.moves_seconds = t0.elapsed().as_secs_f64();
     report.peak_memory_bytes = report.peak_memory_bytes.max(stats.peak_memory_bytes);
     moves_pass_end(report, result);
+}
+
+/// The moves pass's search's progress: its layers marked with its budget, so
+/// that a watcher tells them from the level's search.
+struct MovesProgress<'a> {
+    inner: &'a dyn Progress,
+    budget: u64,
+}
+
+impl Progress for MovesProgress<'_> {
+    fn layer_done(&self, e: &LayerEvent) {
+        self.inner.layer_done(&LayerEvent { moves_budget: Some(self.budget), ..*e });
+    }
+
+    fn probe_step(&self, e: &ProbeEvent) {
+        self.inner.probe_step(e);
+    }
 }
 
 /// The moves pass's search may store this many times the states of the

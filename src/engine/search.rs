@@ -72,6 +72,9 @@ pub struct LayerEvent {
     pub seconds: f64,
     /// The bounded search's `U` for this iteration, if bounded.
     pub bound: Option<u32>,
+    /// Set on the layers of the moves pass's search: its budget of states
+    /// (the driver sets it; the search itself leaves it `None`).
+    pub moves_budget: Option<u64>,
 }
 
 /// Receives progress; must be cheap.
@@ -336,6 +339,7 @@ fn record<K: StateKey>(
         disk_bytes: out.disk_bytes,
         seconds: started.elapsed().as_secs_f64(),
         bound,
+        moves_budget: None,
     };
     tracing::debug!(
         side = side.name(),

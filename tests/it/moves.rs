@@ -136,6 +136,22 @@ fn a_moves_pass_over_its_budget_gives_up_and_says_so() {
     let level = split_collection(&std::fs::read_to_string(&file).unwrap(), "Microban_155.xsb")[143].parse().unwrap();
     let v = verify(&level, given["solution"].as_str().unwrap());
     assert!(v.valid && v.pushes == 36 && Some(v.moves as u64) == given["moves"].as_u64(), "{v:?}");
+    // a watcher tells the pass's layers by their budget: the level's search's
+    // come first, unmarked, then the pass's, marked with its budget
+    struct Marks(std::sync::Mutex<Vec<Option<u64>>>);
+    impl sokoshard::engine::search::Progress for Marks {
+        fn layer_done(&self, e: &sokoshard::engine::search::LayerEvent) {
+            self.0.lock().unwrap().push(e.moves_budget);
+        }
+    }
+    let marks = Marks(Default::default());
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let opts = SolveOptions { moves_states: Some(10_000), ..Default::default() };
+    let r = pool.install(|| solve_local(Arc::new(Board::new(&level).unwrap()), &opts, &AtomicBool::new(false), &marks));
+    assert_eq!(r.unwrap().objective, Some(Objective::Pushes));
+    let marks = marks.0.into_inner().unwrap();
+    let first = marks.iter().position(|m| m.is_some()).expect("the pass's layers are marked");
+    assert!(first > 0 && marks[first..].iter().all(|m| *m == Some(10_000)), "{marks:?}");
     let auto = run(&[]);
     assert_eq!(
         (&auto["pushes"], &auto["objective"], &auto["moves_note"]),

@@ -264,6 +264,7 @@ impl Progress for JobProgress {
             new = e.new_states,
             stored = e.stored,
             seconds = e.seconds,
+            moves_budget = e.moves_budget,
             "layer done"
         );
     }
