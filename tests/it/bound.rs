@@ -2,7 +2,7 @@
 //! every answer, and its iterations and `--upper-bound` end as they should.
 
 use crate::common::{
-    board_of, for_fixed_levels, for_levels, goal_seeds, level_with_boxes, level_with_boxes_apart,
+    board_of, cli, for_fixed_levels, for_levels, goal_seeds, level_with_boxes, level_with_boxes_apart,
     level_with_boxes_on_goals, repo, start_state, State,
 };
 use crate::reference::reference_pushes;
@@ -342,13 +342,6 @@ fn the_bound_keeps_every_answer() {
     });
     eprintln!("the_bound_keeps_every_answer: {tally:?}");
     tally.assert_covers(300, 0.07, true);
-}
-
-fn cli(args: &[&str]) -> (i32, serde_json::Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(args).output().unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let v = serde_json::from_str(stdout.lines().next().unwrap_or("null")).unwrap_or(serde_json::Value::Null);
-    (out.status.code().unwrap_or(-1), v)
 }
 
 /// `solve --triples`: the push counts of Microban I's first 30 levels are the

@@ -265,3 +265,12 @@ fn run_levels(
     }
     tally.get()
 }
+
+/// Runs the `sokoshard` binary with `args`: its exit code and the first line
+/// of its standard output as JSON (`null` when there is none).
+pub fn cli(args: &[&str]) -> (i32, serde_json::Value) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(args).output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let v = serde_json::from_str(stdout.lines().next().unwrap_or("null")).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), v)
+}

@@ -2,7 +2,7 @@
 //! independent lexicographic search, on Microban I against the known
 //! solutions, and what a solve says when the pass cannot finish.
 
-use crate::common::{for_fixed_levels, level_with_boxes_on_goals, repo, truth};
+use crate::common::{cli, for_fixed_levels, level_with_boxes_on_goals, repo, truth};
 use crate::reference::reference_pushes_moves;
 use proptest::prelude::*;
 use sokoshard::engine::kpg::KChoice;
@@ -118,10 +118,9 @@ fn a_moves_pass_over_its_budget_gives_up_and_says_so() {
     assert_eq!(moves_budget(u64::MAX), u64::MAX);
     let file = repo("levels/Microban_155.xsb");
     let run = |extra: &[&str]| {
-        let args = [&["solve", file.to_str().unwrap(), "--level", "144", "--json"][..], extra].concat();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(&args).output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        let (code, v) = cli(&[&["solve", file.to_str().unwrap(), "--level", "144", "--json"][..], extra].concat());
+        assert_eq!(code, 0, "{v}");
+        v
     };
     let given = run(&["--moves-states", "10000"]);
     assert_eq!(

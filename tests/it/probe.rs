@@ -2,7 +2,7 @@
 //! proves its bound too small, a probe out of budget hands over to the
 //! layered search, and none of it changes an answer.
 
-use crate::common::{for_levels, level_with_boxes, repo};
+use crate::common::{cli, for_levels, level_with_boxes, repo};
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::driver::seeds;
@@ -15,7 +15,6 @@ use sokoshard::model::bounds::LowerBounds;
 use sokoshard::model::rules::Pruning;
 use sokoshard::model::solution::verify;
 use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
-use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -126,13 +125,6 @@ fn an_upper_bound_above_the_optimum_still_gives_the_optimum() {
     });
     eprintln!("an_upper_bound_above_the_optimum_still_gives_the_optimum: {tally:?}");
     tally.assert_covers(300, 0.07, false);
-}
-
-fn cli(args: &[&str]) -> (i32, serde_json::Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(args).output().unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let v = serde_json::from_str(stdout.lines().next().unwrap_or("null")).unwrap_or(serde_json::Value::Null);
-    (out.status.code().unwrap_or(-1), v)
 }
 
 fn iterations(v: &serde_json::Value) -> Vec<(u64, String)> {
