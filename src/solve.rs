@@ -11,16 +11,18 @@
 
 use crate::engine::driver::{solve, Deployment, Observers, Pass, SolveSpec, PROBE_AFTER, PROBE_MAX, PROBE_STATE_BYTES};
 use crate::engine::kpg::{build_tables_paired, DeadlockTables, KChoice, KStats, KpgProgress};
+use crate::engine::moves::Tape;
 use crate::engine::partition::{LocalExchange, PartitionStore, Partitioner};
 use crate::engine::search::{exhaust, LayerBackend, Limits, LocalBackend, NoProgress, Progress, SearchEnd};
 use crate::engine::{EngineError, Problem, Side};
 use crate::model::board::Board;
 use crate::model::key::StateKey;
 use crate::model::rules::Pruning;
-use crate::storage::budget::{default_budget, MemoryBudget};
+use crate::storage::budget::{default_budget, tape_share, MemoryBudget};
 use crate::storage::disk::{DiskOptions, DiskStore, DiskUsage, SpillPolicy};
 use crate::storage::mem::MemStore;
 use crate::storage::spill::{SpillDir, SpillExchange};
+use crate::storage::tape::DiskTape;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -68,6 +70,11 @@ pub struct SolveOptions {
     /// The most states the moves pass's search may store; `None`: the
     /// driver's [`moves_budget`](crate::engine::driver::moves_budget).
     pub moves_states: Option<u64>,
+    /// Bytes the moves pass keeps in memory of the depths it is not working
+    /// on; the rest goes to disk (under the spill directory, else the system
+    /// temporary directory). `None`: a quarter of the memory budget, or of
+    /// the default budget.
+    pub moves_memory: Option<u64>,
 }
 
 /// Partitions for `threads` worker threads when none are asked for: 4 per
@@ -99,6 +106,7 @@ impl Default for SolveOptions {
             probe_states: PROBE_MAX,
             probe_after: PROBE_AFTER,
             moves_states: None,
+            moves_memory: None,
         }
     }
 }
@@ -239,6 +247,12 @@ impl Deployment for Local<'_> {
             spill_dir: spill.kept().then(|| spill.path().to_path_buf()),
         });
         result
+    }
+
+    fn tape(&mut self) -> Box<dyn Tape> {
+        let base = self.opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let share = self.opts.moves_memory.unwrap_or_else(|| tape_share(self.opts.memory_budget));
+        Box::new(DiskTape::new(base, share))
     }
 
     fn finish_report(&mut self, report: &mut SolveReport) {

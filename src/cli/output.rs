@@ -105,8 +105,15 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
             if r.moves_seconds > 0.0 {
                 let _ = writeln!(
                     out,
-                    "  moves pass: {} states searched, {} on push-optimal solutions; {:.3} s",
-                    r.moves_states, r.optimal_states, r.moves_seconds
+                    "  moves pass: {} states searched, {} on push-optimal solutions{}; {:.3} s",
+                    r.moves_states,
+                    r.optimal_states,
+                    if r.moves_disk_bytes > 0 {
+                        format!(" ({} of them on disk)", human_bytes(r.moves_disk_bytes))
+                    } else {
+                        String::new()
+                    },
+                    r.moves_seconds
                 );
             }
             if let Some(st) = &r.storage {

@@ -212,6 +212,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         probe_states: if args.no_probe { 0 } else { sokoshard::engine::driver::PROBE_MAX },
         probe_after: sokoshard::engine::driver::PROBE_AFTER,
         moves_states: args.moves_states,
+        moves_memory: None,
     };
     let started = Instant::now();
     let mut outcomes = Vec::new();

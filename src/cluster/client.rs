@@ -161,6 +161,7 @@ fn report_of(r: &SolveResult) -> SolveReport {
         moves_seconds: r.moves_seconds,
         moves_states: r.moves_states,
         optimal_states: r.optimal_states,
+        moves_disk_bytes: r.moves_disk_bytes,
         moves_note: r.moves_note.clone(),
     }
 }

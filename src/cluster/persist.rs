@@ -1,27 +1,25 @@
 //! Small durable files of the cluster (a worker's checkpoint manifest, the
-//! coordinator's job log): `magic (8) | version u32 | body length u64 | xxh3-64 of
-//! the body u64 | body (JSON)`, all little-endian, written to `<path>.tmp`, fsynced
-//! and renamed over `<path>`, so a crash leaves the old file or the new one, and
-//! a torn or corrupted file is reported, never half-read.
+//! coordinator's job records): a JSON body in the shared envelope
+//! ([`crate::storage::envelope`]: magic, version, length, xxh3 checksum),
+//! written to `<path>.tmp`, fsynced and renamed over `<path>`, so a crash
+//! leaves the old file or the new one, and a torn or corrupted file is
+//! reported, never half-read.
 
 use super::ClusterError;
+use crate::storage::envelope::{self, Kind};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
-use xxhash_rust::xxh3::xxh3_64;
 
-const HEADER: usize = 28;
+fn kind(magic: &[u8; 8], version: u32) -> Kind {
+    Kind { magic: *magic, version, what: "cluster file" }
+}
 
 /// Writes `value` durably at `path`.
 pub fn write<T: serde::Serialize>(path: &Path, magic: &[u8; 8], version: u32, value: &T) -> Result<(), ClusterError> {
     let body =
         serde_json::to_vec(value).map_err(|e| ClusterError::Internal(format!("encoding {}: {e}", path.display())))?;
-    let mut buf = Vec::with_capacity(HEADER + body.len());
-    buf.extend_from_slice(magic);
-    buf.extend_from_slice(&version.to_le_bytes());
-    buf.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    buf.extend_from_slice(&xxh3_64(&body).to_le_bytes());
-    buf.extend_from_slice(&body);
+    let buf = envelope::seal(&kind(magic, version), &body);
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = std::path::PathBuf::from(tmp);
@@ -53,25 +51,7 @@ pub fn read<T: serde::de::DeserializeOwned>(
         Err(e) => return Err(ClusterError::io(format!("reading {}", path.display()), e)),
     };
     let bad = |why: String| ClusterError::DataLoss(format!("{}: {why}", path.display()));
-    if buf.len() < HEADER {
-        return Err(bad(format!("truncated ({} bytes)", buf.len())));
-    }
-    if &buf[..8] != magic {
-        return Err(bad("bad magic bytes".into()));
-    }
-    let v = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes"));
-    if v != version {
-        return Err(bad(format!("format version {v} is not supported (this build reads version {version})")));
-    }
-    let len = u64::from_le_bytes(buf[12..20].try_into().expect("8 bytes"));
-    let sum = u64::from_le_bytes(buf[20..28].try_into().expect("8 bytes"));
-    let body = &buf[HEADER..];
-    if body.len() as u64 != len {
-        return Err(bad(format!("body is {} bytes, header says {len}", body.len())));
-    }
-    if xxh3_64(body) != sum {
-        return Err(bad("checksum mismatch".into()));
-    }
+    let body = envelope::open(&kind(magic, version), &buf).map_err(|e| bad(e.to_string()))?;
     serde_json::from_slice(body).map(Some).map_err(|e| bad(format!("undecodable: {e}")))
 }
 

@@ -6,7 +6,7 @@
 //! the cluster's coordinator differ only in the [`Deployment`] they hand it.
 
 use super::kpg::{DeadlockTables, KChoice, KStats, KpgProgress};
-use super::moves::{fewest_moves, MovesOutcome, MAX_OPTIMAL_STATES};
+use super::moves::{fewest_moves, MemTape, MovesOutcome, Tape, MAX_DEPTH_OPTIMAL_STATES};
 use super::path::rebuild;
 use super::probe::{Probe, ProbeEnd, ProbeStats};
 use super::report::{BoundIteration, IterationSearch, SolveReport, Status};
@@ -151,6 +151,12 @@ pub trait Deployment {
     /// The driver starts there.
     fn resumed(&self) -> Option<Resumed> {
         None
+    }
+
+    /// Where the moves pass keeps the depths it is not working on. In memory
+    /// unless the deployment has a disk to spill them to.
+    fn tape(&mut self) -> Box<dyn Tape> {
+        Box::new(MemTape::default())
     }
 
     /// Adds what only the deployment knows to a finished report (disk use of a
@@ -318,6 +324,7 @@ fn search<K: StateKey, D: Deployment>(
         // probes only where no solution can be shorter than the bound
         let probing = limit.is_some() && limit == floor;
         let mut probes = Probes::new(spec, probing, max_states);
+        let mut tape = deployment.tape();
         deployment.search(Pass::Main { at_floor: probing }, &problem, tables.as_ref(), cancel, &mut |backend| {
             let found = match backend.resumed_meeting() {
                 Some(end) => end,
@@ -385,7 +392,7 @@ fn search<K: StateKey, D: Deployment>(
                     .filter(|_| spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals && met > 0)
                 {
                     let t0 = Instant::now();
-                    let result = moves_pass(&problem, backend, depths, cancel, report);
+                    let result = moves_pass(&problem, backend, tape.as_mut(), depths, cancel, report);
                     report.moves_seconds = t0.elapsed().as_secs_f64();
                     moves_pass_end(report, result);
                     met = 0; // done
@@ -534,13 +541,14 @@ fn moves_search<K: StateKey, D: Deployment>(
     let limits = Limits { cancel, max_states, bound: Some(limit) };
     let progress = &MovesProgress { inner: progress, budget };
     let mut stats = SearchStats::default();
+    let mut tape = deployment.tape();
     let result = deployment.search(Pass::Moves, &problem, given.tables.as_ref(), cancel, &mut |backend| {
         let (starts, goals) = seeds(&problem);
         let (found, s) = bidirectional(backend, &starts, &goals, &limits, progress)?;
         stats = s;
         match found {
             SearchEnd::Met { forward, backward, .. } if forward + backward == pushes => {
-                moves_pass(&problem, backend, (forward, backward), cancel, report)
+                moves_pass(&problem, backend, tape.as_mut(), (forward, backward), cancel, report)
             }
             SearchEnd::Cancelled => Err(EngineError::Cancelled),
             SearchEnd::Limit if left.is_some_and(|l| l <= budget) => {
@@ -615,12 +623,15 @@ const STOPPED: &str = "the moves pass was stopped (time limit or cancel) before 
 fn moves_pass<K: StateKey>(
     problem: &Problem<K>,
     backend: &mut dyn LayerBackend<K>,
-    (forward, backward): (usize, usize),
+    tape: &mut dyn Tape,
+    depths: (usize, usize),
     cancel: &AtomicBool,
     report: &mut SolveReport,
 ) -> Result<(), EngineError> {
     let board = &problem.board;
-    match fewest_moves(problem, backend, forward, backward, MAX_OPTIMAL_STATES, cancel) {
+    let outcome = fewest_moves(problem, backend, tape, depths, MAX_DEPTH_OPTIMAL_STATES, cancel);
+    report.moves_disk_bytes = report.moves_disk_bytes.max(tape.disk_bytes());
+    match outcome {
         Ok(MovesOutcome::Found { pushes, moves, optimal_states }) => {
             report.optimal_states = optimal_states;
             let before = (report.pushes, report.moves, report.solution.clone());
@@ -638,10 +649,10 @@ fn moves_pass<K: StateKey>(
             report.objective = Some(Objective::PushesMoves);
             Ok(())
         }
-        Ok(MovesOutcome::TooMany { optimal_states }) => {
-            report.optimal_states = optimal_states;
+        Ok(MovesOutcome::TooMany { depth_states }) => {
             report.moves_note = Some(format!(
-                "the moves pass gave up: more than {optimal_states} states lie on push-optimal solutions"
+                "the moves pass gave up: {depth_states} states of one depth lie on push-optimal solutions, \
+                 more than the {MAX_DEPTH_OPTIMAL_STATES} it holds at once"
             ));
             Ok(())
         }

@@ -41,21 +41,184 @@
 //! the fewest moves that reach it, layer by layer from (start, start square):
 //! a shortest path over a layered graph, exact, with ties broken by the lowest
 //! predecessor so the answer does not depend on threads.
+//!
+//! # Streaming
+//!
+//! The pass works on one depth at a time and keeps the others on a [`Tape`]
+//! (memory first; the storage room's tape writes to disk past a share): the
+//! `OPT` layers grow outward from the meeting, each written as soon as the
+//! next one is found; the labelling reads one depth's states and pushes and
+//! writes its labels; the path back reads one depth's labels, pushes and
+//! states at a time. What must fit in memory at once is one depth's states,
+//! pushes, candidates and labels, whatever the optimum's length.
 
 use super::search::LayerBackend;
-use super::{EngineError, Problem, Side, EXCESS_BINS};
+use super::{EngineError, Problem, SeamError, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
 use crate::model::rules::{BoxMove, Scratch};
 use crate::model::solution::walk_distances;
 use rayon::prelude::*;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// What the moves pass keeps in memory at most: states of push-optimal
-/// solutions over all depths. Beyond it the pass gives up and the solve
-/// keeps its push-optimal solution. Each such state costs its key, its edges
-/// (12 bytes each) and a label (12 bytes) per player square it is reached
-/// with.
-pub const MAX_OPTIMAL_STATES: u64 = 1 << 24;
+/// The most states of push-optimal solutions one depth may hold: the pass
+/// holds one depth at a time in memory (its keys, its pushes at 11 bytes
+/// each, its candidates and a label of 10 bytes per player square it is
+/// reached with; about 150 bytes per state at its peak). Beyond it the pass
+/// gives up and the solve keeps its push-optimal solution. The depths it is
+/// not working on are on the [`Tape`], whose size only the disk limits.
+pub const MAX_DEPTH_OPTIMAL_STATES: u64 = 1 << 24;
+
+/// Where the moves pass keeps the depths it is not working on: each depth's
+/// push-optimal states, the pushes out of them and their labels, as byte
+/// records written once and read back later, in any order. The engine's
+/// [`MemTape`] keeps them in memory; the storage room's tape keeps them in
+/// memory up to a share and on disk beyond it.
+pub trait Tape: Send {
+    /// Keeps `bytes` as record `id` (each id is written once).
+    fn put(&mut self, id: u64, bytes: Vec<u8>) -> Result<(), SeamError>;
+    /// Record `id` as it was written; it stays on the tape.
+    fn get(&mut self, id: u64) -> Result<Vec<u8>, SeamError>;
+    /// Bytes written to disk so far (0 for a tape in memory).
+    fn disk_bytes(&self) -> u64 {
+        0
+    }
+}
+
+/// A [`Tape`] in memory.
+#[derive(Default)]
+pub struct MemTape {
+    records: HashMap<u64, Vec<u8>>,
+}
+
+/// A record asked of a tape that never had it.
+#[derive(Debug, thiserror::Error)]
+#[error("the moves pass's tape has no record {0}")]
+pub struct NoRecord(pub u64);
+
+impl Tape for MemTape {
+    fn put(&mut self, id: u64, bytes: Vec<u8>) -> Result<(), SeamError> {
+        self.records.insert(id, bytes);
+        Ok(())
+    }
+
+    fn get(&mut self, id: u64) -> Result<Vec<u8>, SeamError> {
+        self.records.get(&id).cloned().ok_or_else(|| SeamError::new(NoRecord(id)))
+    }
+}
+
+/// The records of one depth on the tape.
+#[derive(Clone, Copy)]
+enum Rec {
+    /// `OPT_d`, sorted.
+    States = 0,
+    /// The pushes from `OPT_d` into `OPT_{d+1}`, sorted by `from`.
+    Edges = 1,
+    /// The labels of `OPT_d`, sorted by state.
+    Labels = 2,
+}
+
+fn rec_id(rec: Rec, depth: usize) -> u64 {
+    depth as u64 * 4 + rec as u64
+}
+
+/// A fixed-size record, written little-endian.
+trait Record: Sized {
+    const BYTES: usize;
+    fn write(&self, out: &mut Vec<u8>);
+    fn read(b: &[u8]) -> Self;
+}
+
+/// A state key as its limbs.
+#[derive(Clone, Copy)]
+struct KeyRec<K>(K);
+
+impl<K: StateKey> Record for KeyRec<K> {
+    const BYTES: usize = 8 * K::LIMBS;
+    fn write(&self, out: &mut Vec<u8>) {
+        for i in 0..K::LIMBS {
+            out.extend_from_slice(&self.0.limb(i).to_le_bytes());
+        }
+    }
+    fn read(b: &[u8]) -> Self {
+        // keys have at most 16 limbs (the widest bitset key)
+        let mut limbs = [0u64; 16];
+        for (l, c) in limbs.iter_mut().zip(b.chunks_exact(8)) {
+            *l = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        }
+        KeyRec(K::from_limbs(&limbs[..K::LIMBS]))
+    }
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes(b[..4].try_into().expect("4 bytes"))
+}
+
+fn le_u16(b: &[u8]) -> u16 {
+    u16::from_le_bytes(b[..2].try_into().expect("2 bytes"))
+}
+
+impl Record for Edge {
+    const BYTES: usize = 11;
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.from.to_le_bytes());
+        out.extend_from_slice(&self.to.to_le_bytes());
+        out.extend_from_slice(&self.push.from.to_le_bytes());
+        out.push(self.push.dir);
+    }
+    fn read(b: &[u8]) -> Self {
+        Edge { from: le_u32(b), to: le_u32(&b[4..]), push: BoxMove { from: le_u16(&b[8..]), dir: b[10] } }
+    }
+}
+
+impl Record for Label {
+    const BYTES: usize = 10;
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.state.to_le_bytes());
+        out.extend_from_slice(&self.moves.to_le_bytes());
+        out.extend_from_slice(&self.player.to_le_bytes());
+    }
+    fn read(b: &[u8]) -> Self {
+        Label { state: le_u32(b), moves: le_u32(&b[4..]), player: le_u16(&b[8..]) }
+    }
+}
+
+/// Writes `records` as record `(rec, depth)` of `tape`.
+fn put_records<R: Record + Sync>(
+    tape: &mut dyn Tape,
+    rec: Rec,
+    depth: usize,
+    records: &[R],
+) -> Result<(), EngineError> {
+    let mut bytes = Vec::with_capacity(records.len() * R::BYTES);
+    for r in records {
+        r.write(&mut bytes);
+    }
+    Ok(tape.put(rec_id(rec, depth), bytes)?)
+}
+
+/// Reads record `(rec, depth)` of `tape` back.
+fn get_records<R: Record + Send>(tape: &mut dyn Tape, rec: Rec, depth: usize) -> Result<Vec<R>, EngineError> {
+    let bytes = tape.get(rec_id(rec, depth))?;
+    if bytes.len() % R::BYTES != 0 {
+        return Err(EngineError::Internal(format!(
+            "moves pass: record {} of {} bytes is not a whole number of {}-byte entries",
+            rec_id(rec, depth),
+            bytes.len(),
+            R::BYTES
+        )));
+    }
+    Ok(bytes.par_chunks_exact(R::BYTES).map(R::read).collect())
+}
+
+fn put_keys<K: StateKey>(tape: &mut dyn Tape, depth: usize, keys: &[K]) -> Result<(), EngineError> {
+    let recs: Vec<KeyRec<K>> = keys.iter().map(|k| KeyRec(*k)).collect();
+    put_records(tape, Rec::States, depth, &recs)
+}
+
+fn get_keys<K: StateKey>(tape: &mut dyn Tape, depth: usize) -> Result<Vec<K>, EngineError> {
+    Ok(get_records::<KeyRec<K>>(tape, Rec::States, depth)?.into_iter().map(|k| k.0).collect())
+}
 
 /// Keys per lookup batch sent to the backend (a cluster message stays small).
 const LOOKUP_BATCH: usize = 1 << 16;
@@ -69,18 +232,21 @@ pub enum MovesOutcome {
     /// The pushes of a push-optimal solution with the fewest moves, its
     /// moves, and the number of states on push-optimal solutions.
     Found { pushes: Vec<BoxMove>, moves: u64, optimal_states: u64 },
-    /// More states lie on push-optimal solutions than the pass may hold.
-    TooMany { optimal_states: u64 },
+    /// More states of one depth lie on push-optimal solutions than the pass
+    /// may hold at once: that depth's count, once it passed the cap.
+    TooMany { depth_states: u64 },
 }
 
 /// Runs the pass on `backend`, whose layers come from a search without move
-/// pruning that met at forward layer `forward` and backward layer `backward`.
+/// pruning that met at forward layer `forward` and backward layer `backward`,
+/// keeping the depths it is not working on on `tape`. One depth may hold at
+/// most `max_depth_states` push-optimal states.
 pub fn fewest_moves<K: StateKey>(
     problem: &Problem<K>,
     backend: &mut dyn LayerBackend<K>,
-    forward: usize,
-    backward: usize,
-    max_states: u64,
+    tape: &mut dyn Tape,
+    (forward, backward): (usize, usize),
+    max_depth_states: u64,
     cancel: &AtomicBool,
 ) -> Result<MovesOutcome, EngineError> {
     if problem.pruning.pi_corrals {
@@ -92,14 +258,14 @@ pub fn fewest_moves<K: StateKey>(
     // prunings drop it; the moves they drop lead to no state the pass wants
     // (and a pruned move skips normalizing the player)
     let problem = &Problem::<K>::full(problem.board.clone(), problem.pruning, problem.patterns.clone());
-    let (layers, edges) = match optimal_layers(problem, backend, (forward, backward), max_states, cancel)? {
-        Ok(found) => found,
-        Err(optimal_states) => return Ok(MovesOutcome::TooMany { optimal_states }),
+    let optimal_states = match optimal_layers(problem, backend, tape, (forward, backward), max_depth_states, cancel)? {
+        Ok(count) => count,
+        Err(depth_states) => return Ok(MovesOutcome::TooMany { depth_states }),
     };
-    let optimal_states = layers.iter().map(|l| l.len() as u64).sum();
-    tracing::info!(optimal_states, seconds = t0.elapsed().as_secs_f64(), "push-optimal states found");
-    let (pushes, moves) = cheapest_path(problem, &layers, &edges, cancel)?;
-    tracing::info!(moves, seconds = t0.elapsed().as_secs_f64(), "fewest moves found");
+    let disk_bytes = tape.disk_bytes();
+    tracing::info!(optimal_states, disk_bytes, seconds = t0.elapsed().as_secs_f64(), "push-optimal states found");
+    let (pushes, moves) = cheapest_path(problem, tape, forward + backward, cancel)?;
+    tracing::info!(moves, disk_bytes = tape.disk_bytes(), seconds = t0.elapsed().as_secs_f64(), "fewest moves found");
     Ok(MovesOutcome::Found { pushes, moves, optimal_states })
 }
 
@@ -112,21 +278,20 @@ struct Edge {
     push: BoxMove,
 }
 
-/// `OPT_0..=OPT_L`, each sorted, and the pushes between consecutive ones
-/// (`edges[d]` from `OPT_d`, sorted by `from`), from the layers
-/// `(forward, backward)` where the sides met; `Err(count)` once they pass
-/// `max_states`.
-#[allow(clippy::type_complexity)]
+/// Finds `OPT_0..=OPT_L` from the layers `(forward, backward)` where the
+/// sides met and writes each to `tape` (sorted), with the pushes between
+/// consecutive ones (those of depth `d` leave `OPT_d`, sorted by `from`);
+/// returns how many states they hold, or `Err(count)` once one depth passes
+/// `max_states`. Only the depth grown from and the one growing are in memory.
 fn optimal_layers<K: StateKey>(
     problem: &Problem<K>,
     backend: &mut dyn LayerBackend<K>,
+    tape: &mut dyn Tape,
     (forward, backward): (usize, usize),
     max_states: u64,
     cancel: &AtomicBool,
-) -> Result<Result<(Vec<Vec<K>>, Vec<Vec<Edge>>), u64>, EngineError> {
+) -> Result<Result<u64, u64>, EngineError> {
     let total = forward + backward;
-    let mut layers: Vec<Vec<K>> = vec![Vec::new(); total + 1];
-    let mut edges: Vec<Vec<Edge>> = vec![Vec::new(); total];
     let mut meet = match backend.common(forward, backward)? {
         Ok(keys) => keys,
         Err(count) => return Ok(Err(count)),
@@ -137,21 +302,26 @@ fn optimal_layers<K: StateKey>(
             "moves pass: forward layer {forward} and backward layer {backward} share no state"
         )));
     }
-    let mut count = meet.len() as u64;
-    if count > max_states {
-        return Ok(Err(count));
+    if meet.len() as u64 > max_states {
+        return Ok(Err(meet.len() as u64));
     }
-    layers[forward] = meet;
+    let mut count = meet.len() as u64;
+    put_keys(tape, forward, &meet)?;
+    let mut prev = meet;
     // towards the start, pull predecessors found in the forward layers; then
     // towards the goal, push successors found in the backward layers:
     // (depth, the depth it grows from, the moves, the side looked up, its layer)
     let towards_start = (0..forward).rev().map(|d| (d, d + 1, Side::Backward, Side::Forward, d));
     let towards_goal = (forward + 1..=total).map(|d| (d, d - 1, Side::Forward, Side::Backward, total - d));
     for (d, from, moves, side, layer) in towards_start.chain(towards_goal) {
+        if d == forward + 1 {
+            // the sweep towards the goal starts again from the meeting
+            prev = get_keys(tape, forward)?;
+        }
         // the moves from a slice of the layer at a time, so that memory holds
         // the slice's candidates (not the whole layer's) and the kept ones
         let mut kept: Vec<(K, u32, BoxMove)> = Vec::new();
-        for (c, chunk) in layers[from].chunks(EXPAND_CHUNK).enumerate() {
+        for (c, chunk) in prev.chunks(EXPAND_CHUNK).enumerate() {
             let mut cands = neighbours(problem, moves, chunk, (c * EXPAND_CHUNK) as u32);
             let mut keys: Vec<K> = cands.iter().map(|c| c.0).collect();
             keys.dedup();
@@ -165,9 +335,13 @@ fn optimal_layers<K: StateKey>(
         let mut found: Vec<K> = kept.iter().map(|c| c.0).collect();
         found.par_sort_unstable();
         found.dedup();
-        layers[d] = found;
+        if found.is_empty() {
+            return Err(EngineError::Internal(format!("moves pass: no push-optimal state at depth {d}")));
+        }
+        if found.len() as u64 > max_states {
+            return Ok(Err(found.len() as u64));
+        }
         // every kept candidate is an edge, its push forward
-        let found = &layers[d];
         let mut es: Vec<Edge> = kept
             .into_iter()
             .filter_map(|(key, i, m)| {
@@ -179,19 +353,15 @@ fn optimal_layers<K: StateKey>(
             })
             .collect();
         es.par_sort_unstable_by_key(|e| (e.from, e.to));
-        edges[d.min(from)] = es;
-        count += layers[d].len() as u64;
-        if count > max_states {
-            return Ok(Err(count));
-        }
+        put_records(tape, Rec::Edges, d.min(from), &es)?;
+        put_keys(tape, d, &found)?;
+        count += found.len() as u64;
+        prev = found;
         if cancel.load(Ordering::Relaxed) {
             return Err(EngineError::Cancelled);
         }
     }
-    if let Some(d) = layers.iter().position(|l| l.is_empty()) {
-        return Err(EngineError::Internal(format!("moves pass: no push-optimal state at depth {d}")));
-    }
-    Ok(Ok((layers, edges)))
+    Ok(Ok(count))
 }
 
 /// Every move of `side` from `keys` (the layer's from index `first` on)
@@ -267,28 +437,30 @@ struct Work {
     dists: Vec<Vec<u32>>,
 }
 
-/// The fewest-moves path through `layers` from the start (player on its
-/// square) to any state of the last layer: its pushes and moves.
+/// The fewest-moves path through the `OPT` layers `0..=total` on `tape`
+/// from the start (player on its square) to any state of the last layer:
+/// its pushes and moves. Labels go to the tape depth by depth and come back
+/// one depth at a time for the path back.
 fn cheapest_path<K: StateKey>(
     problem: &Problem<K>,
-    layers: &[Vec<K>],
-    edges: &[Vec<Edge>],
+    tape: &mut dyn Tape,
+    total: usize,
     cancel: &AtomicBool,
 ) -> Result<(Vec<BoxMove>, u64), EngineError> {
     let board = &problem.board;
-    if layers[0].len() != 1 {
-        return Err(EngineError::Internal("moves pass: the first layer is not the start alone".into()));
-    }
-    let mut labels: Vec<Vec<Label>> = vec![vec![Label { state: 0, moves: 0, player: board.start_player }]];
-    for d in 0..layers.len() - 1 {
+    let mut cur: Vec<Label> = vec![Label { state: 0, moves: 0, player: board.start_player }];
+    for d in 0..total {
         if cancel.load(Ordering::Relaxed) {
             return Err(EngineError::Cancelled);
         }
-        let (here, out_edges) = (&layers[d], &edges[d]);
-        let cur = &labels[d];
+        let here: Vec<K> = get_keys(tape, d)?;
+        if d == 0 && here.len() != 1 {
+            return Err(EngineError::Internal("moves pass: the first layer is not the start alone".into()));
+        }
+        let out_edges: Vec<Edge> = get_records(tape, Rec::Edges, d)?;
         // the labels of one state are adjacent: its pushes are looked up
         // once, its walks found once per label
-        let groups: Vec<(usize, usize)> = group_bounds(cur);
+        let groups: Vec<(usize, usize)> = group_bounds(&cur);
         let mut cands: Vec<Label> = groups
             .par_iter()
             .map_init(Work::default, |w, &(lo, hi)| {
@@ -329,29 +501,34 @@ fn cheapest_path<K: StateKey>(
         if cands.is_empty() {
             return Err(EngineError::Internal(format!("moves pass: no push leads to depth {}", d + 1)));
         }
-        labels.push(cands);
+        put_records(tape, Rec::Labels, d, &cur)?;
+        cur = cands;
     }
-    let last = labels.last().expect("one label layer at least");
-    let (mut at, best) = last
+    let (mut at, best) = cur
         .iter()
         .enumerate()
         .min_by_key(|(i, l)| (l.moves, *i))
         .map(|(i, l)| (i, l.moves))
-        .expect("a non-empty last layer");
+        .ok_or_else(|| EngineError::Internal("moves pass: no label at the last depth".into()))?;
     // back to the start along the recorded pushes: the label of the
     // previous depth whose moves plus the walk and the push give this
     // label's moves (the player ends a push where the box stood)
     let mut w = Work::default();
     let mut dist = Vec::new();
-    let mut pushes = Vec::with_capacity(layers.len() - 1);
-    for d in (1..labels.len()).rev() {
-        let l = labels[d][at];
+    let mut pushes = Vec::with_capacity(total);
+    for d in (1..=total).rev() {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(EngineError::Cancelled);
+        }
+        let l = cur[at];
+        let prev: Vec<Label> = get_records(tape, Rec::Labels, d - 1)?;
+        let edges: Vec<Edge> = get_records(tape, Rec::Edges, d - 1)?;
+        let layer: Vec<K> = get_keys(tape, d - 1)?;
         let mut found = None;
-        for e in edges[d - 1].iter().filter(|e| e.to == l.state && e.push.from == l.player) {
-            let prev = &labels[d - 1];
+        for e in edges.iter().filter(|e| e.to == l.state && e.push.from == l.player) {
             let lo = prev.partition_point(|p| p.state < e.from);
             let hi = prev.partition_point(|p| p.state <= e.from);
-            problem.decode(&layers[d - 1][e.from as usize], &mut w.boxes);
+            problem.decode(&layer[e.from as usize], &mut w.boxes);
             let behind = e.push.behind(board);
             for (j, p) in prev.iter().enumerate().take(hi).skip(lo) {
                 walk_distances(board, &w.boxes, p.player, &mut dist, &mut w.queue);
@@ -366,6 +543,7 @@ fn cheapest_path<K: StateKey>(
         })?;
         pushes.push(push);
         at = j;
+        cur = prev;
     }
     pushes.reverse();
     Ok((pushes, best as u64))

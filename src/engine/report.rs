@@ -156,6 +156,10 @@ pub struct SolveReport {
     pub moves_states: u64,
     #[serde(default)]
     pub optimal_states: u64,
+    /// Bytes the moves pass wrote to disk: the depths it was not working on
+    /// that did not fit its memory share (0: all in memory).
+    #[serde(default)]
+    pub moves_disk_bytes: u64,
     /// Why a solve asked for the fewest moves returned only a push-optimal
     /// solution (the moves pass stopped or gave up).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -194,6 +198,7 @@ impl SolveReport {
             moves_seconds: 0.0,
             moves_states: 0,
             optimal_states: 0,
+            moves_disk_bytes: 0,
             moves_note: None,
             iterations: Vec::new(),
             storage: None,

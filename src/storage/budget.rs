@@ -93,6 +93,13 @@ pub fn default_budget() -> u64 {
     crate::sys::total_memory_bytes().map_or(FALLBACK_BUDGET, |t| t / 2)
 }
 
+/// The moves pass's tape keeps this share of the memory budget (the given
+/// one, else the default) in memory and writes the rest to disk: it reads
+/// its depths back one at a time, so the disk costs it little.
+pub fn tape_share(memory_budget: Option<u64>) -> u64 {
+    memory_budget.unwrap_or_else(default_budget) / 4
+}
+
 /// One solve's budget and the sizes derived from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryBudget {

@@ -69,6 +69,15 @@ pub enum StorageError {
     #[error("spill directory {path}: {reason}", path = .path.display())]
     SpillDir { path: PathBuf, reason: String },
 
+    /// A whole-file record in the shared envelope is damaged, foreign or
+    /// from another version.
+    #[error("{path}: {source}", path = .path.display())]
+    Envelope {
+        path: PathBuf,
+        #[source]
+        source: crate::storage::envelope::EnvelopeError,
+    },
+
     /// An earlier error left the writer in an unknown state; it refuses to
     /// produce a shard that might silently miss keys.
     #[error("{path}: writer is unusable after an earlier error", path = .path.display())]
@@ -115,6 +124,7 @@ impl StorageError {
             | StorageError::BadManifest { path, .. }
             | StorageError::Misplaced { path, .. }
             | StorageError::SpillDir { path, .. }
+            | StorageError::Envelope { path, .. }
             | StorageError::WriterFailed { path } => path,
         }
     }

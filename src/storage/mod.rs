@@ -3,11 +3,13 @@
 
 pub mod budget;
 pub mod disk;
+pub mod envelope;
 pub mod error;
 pub mod kdb;
 pub mod mem;
 pub mod shard;
 pub mod spill;
+pub mod tape;
 
 pub use error::StorageError;
 pub use shard::{write_shard, ShardInfo, ShardMeta, ShardReader, ShardWriter};

@@ -11,6 +11,7 @@ use crate::engine::driver::{
     solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource, PROBE_AFTER, PROBE_MAX,
 };
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
+use crate::engine::moves::Tape;
 use crate::engine::report::SolveReport;
 use crate::engine::search::{LayerBackend, LayerEvent, NoProgress, ProbeEvent, Progress};
 use crate::engine::{EngineError, Problem};
@@ -18,7 +19,9 @@ use crate::model::board::Board;
 use crate::model::key::StateKey;
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
+use crate::storage::budget::tape_share;
 use crate::storage::kdb;
+use crate::storage::tape::DiskTape;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -162,6 +165,16 @@ impl Deployment for ClusterDeployment<'_> {
         let path = tables_path(&self.sh, self.id);
         let file = kdb::decode(&path, &bytes)?;
         Ok(Some((kdb::bind(&path, file, board.clone())?, Vec::new())))
+    }
+
+    fn tape(&mut self) -> Box<dyn Tape> {
+        // the moves pass runs here, in the coordinator: its depths go to the
+        // data dir past the coordinator's share of memory
+        let base = self.sh.cfg.data_dir.join("moves");
+        if let Err(e) = std::fs::create_dir_all(&base) {
+            tracing::warn!(dir = %base.display(), error = %e, "cannot make the moves pass's directory");
+        }
+        Box::new(DiskTape::new(base, tape_share(None)))
     }
 
     fn search<K: StateKey>(

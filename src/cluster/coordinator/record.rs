@@ -242,6 +242,7 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
         moves_seconds: r.moves_seconds,
         moves_states: r.moves_states,
         optimal_states: r.optimal_states,
+        moves_disk_bytes: r.moves_disk_bytes,
         moves_note: r.moves_note.clone(),
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,
