@@ -40,6 +40,9 @@ const LOG_VERSION: u32 = 2;
 const RECORD_MAGIC: &[u8; 8] = b"SKJOBREC";
 const RECORD_VERSION: u32 = 1;
 
+/// Where the moves pass's tape writes, under the data dir.
+pub(super) const MOVES_DIR: &str = "moves";
+
 fn job_path(data_dir: &Path, id: u64) -> PathBuf {
     data_dir.join("jobs").join(format!("{id}.job"))
 }
@@ -375,6 +378,15 @@ impl CoordinatorService {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| ClusterError::io(format!("creating {}", cfg.data_dir.display()), e))?;
         let (records, next_id) = load_jobs(&cfg.data_dir)?;
+        // the moves pass's scratch files of an earlier process (a pass is
+        // redone from the logged meeting, never resumed from them)
+        let moves = cfg.data_dir.join(MOVES_DIR);
+        if moves.exists() {
+            match std::fs::remove_dir_all(&moves) {
+                Ok(()) => tracing::info!(dir = %moves.display(), "an earlier moves pass's files removed"),
+                Err(e) => tracing::warn!(dir = %moves.display(), error = %e, "cannot remove an earlier moves pass's files"),
+            }
+        }
         let mut jobs = BTreeMap::new();
         for mut rec in records {
             if !terminal(rec.state) && rec.state != State::Queued {
