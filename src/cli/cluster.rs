@@ -168,6 +168,9 @@ pub struct SubmitArgs {
     /// No probes (as `solve --no-probe`).
     #[arg(long, conflicts_with = "no_bound")]
     pub no_probe: bool,
+    /// Also bound by the 3-box games' triple penalties (as `solve --triples`).
+    #[arg(long, conflicts_with_all = ["no_bound", "no_pair_penalties"])]
+    pub triples: bool,
     /// What the solution must be optimal for (as `solve --objective`).
     #[arg(long, value_enum, default_value = "pushes,moves")]
     pub objective: super::solve::ObjectiveArg,
@@ -329,6 +332,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         no_probe: a.no_probe,
         pushes_only: a.objective == super::solve::ObjectiveArg::Pushes,
         moves_states: a.moves_states,
+        triples: a.triples,
     };
     let _ = ctrlc::set_handler(|| {
         INTERRUPTED.store(true, Ordering::SeqCst);

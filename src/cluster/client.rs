@@ -91,6 +91,8 @@ pub struct SubmitOptions {
     pub no_probe: bool,
     /// The most states of the moves pass's search (`None`: automatic).
     pub moves_states: Option<u64>,
+    /// Also the triple penalties.
+    pub triples: bool,
 }
 
 fn state_name(s: i32) -> &'static str {
@@ -128,6 +130,7 @@ fn report_of(r: &SolveResult) -> SolveReport {
                 seconds: i.seconds,
                 search: if i.probe { IterationSearch::Probe } else { IterationSearch::Layers },
                 probe_states: i.probe_states,
+                probe_generated: i.probe_generated,
             })
             .collect(),
         status,
@@ -139,8 +142,7 @@ fn report_of(r: &SolveResult) -> SolveReport {
         seconds: r.seconds,
         kpg_seconds: r.kpg_seconds,
         kpg: r.kpg as usize,
-        // the cluster's bound has no triple penalties yet
-        triples: false,
+        triples: r.triples,
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,
         forward_layers: r.forward_layers as usize,
@@ -236,6 +238,7 @@ impl Client {
                 pushes_only: o.pushes_only,
                 no_probe: o.no_probe,
                 moves_states: o.moves_states.unwrap_or(0),
+                triples: o.triples,
             }),
         };
         let r = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?;

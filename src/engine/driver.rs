@@ -346,6 +346,7 @@ fn search<K: StateKey, D: Deployment>(
                             seconds: t0.elapsed().as_secs_f64(),
                             search: if probes.decided { IterationSearch::Probe } else { IterationSearch::Layers },
                             probe_states: probes.stats.stored,
+                            probe_generated: probes.stats.generated,
                         });
                         tracing::info!(
                             bound = limit,

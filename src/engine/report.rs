@@ -79,6 +79,9 @@ pub struct BoundIteration {
     /// States the iteration's probes stored (part of `states`).
     #[serde(default)]
     pub probe_states: u64,
+    /// States the iteration's probes generated (part of `generated`).
+    #[serde(default)]
+    pub probe_generated: u64,
 }
 
 /// What decided a bound iteration: the layered search from both sides, or a

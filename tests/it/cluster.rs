@@ -307,6 +307,25 @@ fn cluster_of_three_solves_like_local_mode() {
         let last = by(&g).last().unwrap().1.clone().unwrap();
         assert_eq!(last, if extra.is_empty() { "probe" } else { "layers" }, "{g}");
     }
+    // the triple penalties travel with the job: each worker builds them, and
+    // the iterations store what a local solve with them stores (XSokoban #2,
+    // whose goal room they bound several times tighter than the pairs)
+    let args = ["--level", "2", "--json", "--objective", "pushes", "--triples"];
+    let o = c.cli(&[&["submit", xsokoban.to_str().unwrap()][..], &args].concat());
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let l = &local_solve(&xsokoban, "2-2", &args[3..])[0];
+    let pairs_only = &local_solve(&xsokoban, "2-2", &args[3..5])[0];
+    assert_eq!((&g["triples"], &l["triples"], &pairs_only["triples"]), (&true.into(), &true.into(), &false.into()));
+    assert_eq!(counts(&g), counts(l), "XSokoban #2 --triples: cluster vs local");
+    // the probe that decides it runs in the coordinator: its states count in
+    // the job's totals as in a local solve's (they were left out before)
+    assert_eq!(
+        (&g["pushes"], &g["states"], &g["generated"]),
+        (&l["pushes"], &l["states"], &l["generated"]),
+        "{g}\n{l}"
+    );
+    assert!(g["states"].as_u64() < pairs_only["states"].as_u64(), "{g}\n{pairs_only}");
     // the moves pass's budget travels with the job: over it, the pass gives
     // up on the workers as it does locally (Microban I #3: 16 states)
     let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "3", "--json", "--moves-states", "10"]);

@@ -12,7 +12,7 @@ use crate::engine::driver::{
 };
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::moves::Tape;
-use crate::engine::report::SolveReport;
+use crate::engine::report::{BoundIteration, SolveReport};
 use crate::engine::search::{LayerBackend, LayerEvent, NoProgress, ProbeEvent, Progress};
 use crate::engine::{EngineError, Problem};
 use crate::model::board::Board;
@@ -71,8 +71,8 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
             (false, u) => BoundSpec::Upper(u),
         },
         pair_penalties: !rec.options.no_pair_penalties,
-        // the workers build their own bound without them (not yet on the cluster)
-        triple_penalties: false,
+        // each worker builds them too (`worker::job::lower_bounds`)
+        triple_penalties: rec.options.triples,
         objective: if rec.options.pushes_only { Objective::Pushes } else { Objective::PushesMoves },
         probe_states: if rec.options.no_probe { 0 } else { PROBE_MAX },
         probe_after: PROBE_AFTER,
@@ -231,10 +231,13 @@ impl Deployment for ClusterDeployment<'_> {
     }
 
     fn finish_report(&mut self, report: &mut SolveReport) {
-        // the job log's counts span coordinator restarts
+        // the job log's counts span coordinator restarts; the probes' states
+        // live here, beside the workers' layers, and count as a local
+        // solve's do (a resumed iteration's probe runs again)
         let Some(rec) = self.sh.record(self.id) else { return };
-        report.states = rec.stored;
-        report.generated = rec.generated;
+        let probes = |f: fn(&BoundIteration) -> u64| report.iterations.iter().map(f).sum::<u64>();
+        report.states = rec.stored + probes(|i| i.probe_states);
+        report.generated = rec.generated + probes(|i| i.probe_generated);
         report.forward_layers = rec.layers[0].len();
         report.backward_layers = rec.layers[1].len();
         report.peak_memory_bytes = rec.peak_memory_bytes;

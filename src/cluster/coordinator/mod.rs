@@ -384,7 +384,9 @@ impl CoordinatorService {
         if moves.exists() {
             match std::fs::remove_dir_all(&moves) {
                 Ok(()) => tracing::info!(dir = %moves.display(), "an earlier moves pass's files removed"),
-                Err(e) => tracing::warn!(dir = %moves.display(), error = %e, "cannot remove an earlier moves pass's files"),
+                Err(e) => {
+                    tracing::warn!(dir = %moves.display(), error = %e, "cannot remove an earlier moves pass's files")
+                }
             }
         }
         let mut jobs = BTreeMap::new();

@@ -96,6 +96,9 @@ pub struct Settings {
     /// The most states of the moves pass's search; 0: automatic.
     #[serde(default)]
     pub moves_states: u64,
+    /// Also the triple penalties.
+    #[serde(default)]
+    pub triples: bool,
 }
 
 impl From<&Settings> for JobOptions {
@@ -113,6 +116,7 @@ impl From<&Settings> for JobOptions {
             pushes_only: s.pushes_only,
             no_probe: s.no_probe,
             moves_states: s.moves_states,
+            triples: s.triples,
         }
     }
 }
@@ -132,6 +136,7 @@ impl From<JobOptions> for Settings {
             pushes_only: o.pushes_only,
             no_probe: o.no_probe,
             moves_states: o.moves_states,
+            triples: o.triples,
         }
     }
 }
@@ -243,6 +248,7 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
         moves_states: r.moves_states,
         optimal_states: r.optimal_states,
         moves_disk_bytes: r.moves_disk_bytes,
+        triples: r.triples,
         moves_note: r.moves_note.clone(),
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,
@@ -257,6 +263,7 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
                 seconds: i.seconds,
                 probe: i.search == IterationSearch::Probe,
                 probe_states: i.probe_states,
+                probe_generated: i.probe_generated,
             })
             .collect(),
     }

@@ -16,6 +16,7 @@ use crate::model::board::Board;
 use crate::model::bounds::LowerBounds;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
 use crate::model::level::parse_one;
+use crate::model::pairs::PairPenalties;
 use crate::model::rules::Pruning;
 use crate::storage::budget::MemoryBudget;
 use crate::storage::disk::{DiskOptions, DiskStore, DiskUsage};
@@ -58,6 +59,9 @@ pub struct JobSpec {
     /// The bounded search's limit `U` and whether its bound adds the pair
     /// penalties (the level's search only); `None`: unbounded.
     pub bound: Option<(u32, bool)>,
+    /// Whether that bound also adds the triple penalties (built here, where
+    /// the level's tables fit, as the coordinator's driver builds them).
+    pub triples: bool,
     /// The worker's memory budget (`--mem`) and its expand/merge threads.
     pub mem: u64,
     pub threads: usize,
@@ -129,6 +133,27 @@ pub trait WorkerJob: Send + Sync {
     fn collect(&self, side: Side, chunk: usize) -> Result<Vec<Vec<u8>>, ClusterError>;
 }
 
+/// The lower bounds of the last bounded job opened in this process: a job
+/// opens once per bound iteration and phase, and the triple penalties take
+/// seconds to build. Keyed by what they are built from (the level's
+/// fingerprint, pairs, triples); kept pairs from a database equal the ones
+/// the level gives.
+static LOWER: Mutex<Option<((u64, bool, bool), Arc<LowerBounds>)>> = Mutex::new(None);
+
+fn lower_bounds(board: &Board, pairs: bool, triples: bool, kept: Option<&PairPenalties>) -> Arc<LowerBounds> {
+    let key = (board.fingerprint(), pairs, triples);
+    let mut cache = LOWER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((k, lower)) = cache.as_ref() {
+        if *k == key {
+            return lower.clone();
+        }
+    }
+    let lower = LowerBounds::with_kept_pairs(board, pairs, kept);
+    let lower = Arc::new(if triples { lower.with_triples(board).0 } else { lower });
+    *cache = Some((key, lower.clone()));
+    lower
+}
+
 /// Opens (or creates) the job described by `spec`, restoring `spec.want` layers
 /// from the checkpoint.
 pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
@@ -159,10 +184,10 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
     }
     // the bounded search's filter, built here from the level as the
     // coordinator's driver built it
-    let bound = spec.bound.map(|(limit, pairs)| Bound {
-        lower: Arc::new(LowerBounds::with_kept_pairs(&board, pairs, kept_pairs.as_deref())),
-        limit,
-    });
+    let triples = spec.triples;
+    let bound = spec
+        .bound
+        .map(|(limit, pairs)| Bound { lower: lower_bounds(&board, pairs, triples, kept_pairs.as_deref()), limit });
     fn full<K: StateKey>(
         spec: JobSpec,
         board: Arc<Board>,

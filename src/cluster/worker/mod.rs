@@ -323,6 +323,7 @@ impl Worker for WorkerService {
             boxes: r.boxes as usize,
             kpg: r.kpg_tables,
             bound: (r.bound_limit > 0).then(|| (r.bound_limit - 1, r.pair_penalties)),
+            triples: r.options.as_ref().is_some_and(|o| o.triples),
             mem: self.st.mem,
             threads: rayon::current_num_threads(),
         };
