@@ -138,7 +138,10 @@ pub trait WorkerJob: Send + Sync {
 /// seconds to build. Keyed by what they are built from (the level's
 /// fingerprint, pairs, triples); kept pairs from a database equal the ones
 /// the level gives.
-static LOWER: Mutex<Option<((u64, bool, bool), Arc<LowerBounds>)>> = Mutex::new(None);
+static LOWER: Mutex<Option<(LowerKey, Arc<LowerBounds>)>> = Mutex::new(None);
+
+/// What lower bounds are built from: the level's fingerprint, pairs, triples.
+type LowerKey = (u64, bool, bool);
 
 fn lower_bounds(board: &Board, pairs: bool, triples: bool, kept: Option<&PairPenalties>) -> Arc<LowerBounds> {
     let key = (board.fingerprint(), pairs, triples);
