@@ -197,3 +197,49 @@ fn a_moves_pass_past_its_memory_share_streams_its_depths_to_disk() {
     let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
     assert!(left.is_empty(), "files left behind: {left:?}");
 }
+
+/// A tape that fails (a full or vanished disk) stops the moves pass with its
+/// error, never a panic; the driver then keeps the push-optimal solution and
+/// names the error in `moves_note` (`moves_pass_end`). On Microban I #1 a
+/// tape in memory gives the known 33 moves, one that refuses every record the
+/// error.
+#[test]
+fn a_tape_that_fails_stops_the_moves_pass_with_its_error() {
+    use sokoshard::engine::driver::seeds;
+    use sokoshard::engine::moves::{fewest_moves, MemTape, MovesOutcome, Tape, MAX_DEPTH_OPTIMAL_STATES};
+    use sokoshard::engine::partition::{LocalExchange, Partitioner};
+    use sokoshard::engine::search::{bidirectional, Limits, LocalBackend, SearchEnd};
+    use sokoshard::engine::{Problem, SeamError};
+    use sokoshard::storage::mem::MemStore;
+    struct Failing;
+    impl Tape for Failing {
+        fn put(&mut self, _: u64, _: Vec<u8>) -> Result<(), SeamError> {
+            Err(SeamError::new(std::io::Error::other("no space left on the test's disk")))
+        }
+        fn get(&mut self, id: u64) -> Result<Vec<u8>, SeamError> {
+            Err(SeamError::new(sokoshard::engine::moves::NoRecord(id)))
+        }
+    }
+    let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
+    let level = split_collection(&text, "Microban_155.xsb")[0].parse().unwrap();
+    let board = Arc::new(Board::new(&level).unwrap());
+    let problem = Problem::<u64>::full(board, Pruning { pi_corrals: false, ..Pruning::SOLVE }, None);
+    let partitioner = Partitioner::for_space(8, &problem.space);
+    let (store, exchange) = (MemStore::<u64>::new(partitioner.count()), LocalExchange::<u64>::new(partitioner.count()));
+    let cancel = AtomicBool::new(false);
+    let mut backend =
+        LocalBackend { problem: &problem, partitioner, store: &store, exchange: &exchange, cancel: &cancel };
+    let (starts, goals) = seeds(&problem);
+    let limits = Limits { cancel: &cancel, max_states: None, bound: None };
+    let (end, _) = bidirectional(&mut backend, &starts, &goals, &limits, &NoProgress).unwrap();
+    let SearchEnd::Met { forward, backward, .. } = end else { panic!("{end:?}") };
+    let depths = (forward, backward);
+    let mut run =
+        |tape: &mut dyn Tape| fewest_moves(&problem, &mut backend, tape, depths, MAX_DEPTH_OPTIMAL_STATES, &cancel);
+    match run(&mut MemTape::default()) {
+        Ok(MovesOutcome::Found { pushes, moves, .. }) => assert_eq!((pushes.len(), moves), (8, 33)),
+        _ => panic!("no fewest moves with a tape in memory"),
+    }
+    let e = run(&mut Failing).err().expect("the failing tape's error");
+    assert!(e.to_string().contains("no space left on the test's disk"), "{e}");
+}
