@@ -88,6 +88,12 @@ pub struct CoordinatorArgs {
     /// lost worker's partitions, rebuilding their layers from the others'.
     #[arg(long, default_value_t = 120.0)]
     pub replace_after: f64,
+    /// Memory budget for what runs in the coordinator, e.g. 2G or 512M
+    /// (default: half the machine's memory): the probe holds at most a
+    /// quarter of it, and the moves pass keeps a quarter of it in memory and
+    /// the rest of the push-optimal states under the data dir.
+    #[arg(long)]
+    pub mem: Option<String>,
     /// Workers a new job waits for before its partitions are assigned.
     #[arg(long, default_value_t = 1)]
     pub min_workers: usize,
@@ -237,6 +243,7 @@ pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
         min_workers: a.min_workers,
         layer_delay: Duration::from_millis(a.layer_delay_ms),
         moves_delay: Duration::from_millis(a.moves_delay_ms),
+        mem: a.mem.as_deref().map(parse_size).transpose().map_err(|e| anyhow::anyhow!("--mem: {e}"))?,
     };
     runtime()?.block_on(sokoshard::cluster::coordinator::serve(cfg))?;
     Ok(ExitCode::from(EXIT_OK))

@@ -1332,3 +1332,34 @@ fn jobs_submitted_while_one_runs_queue_and_a_queued_one_can_be_cancelled() {
     assert_eq!(job(&st, second)["result"]["pushes"], truth()[1].1 as u64);
     assert_eq!(job(&st, third)["layer"], 0, "a cancelled queued job did no work: {st}");
 }
+
+/// A coordinator over its memory budget (`coordinator --mem`) streams the
+/// moves pass's push-optimal states to its data dir and gets the local
+/// answer (Microban I #144, whose pass reuses nothing of the level's search);
+/// the files go when the pass ends, and a restarted coordinator clears what a
+/// killed one left there.
+#[test]
+fn a_coordinator_over_its_memory_streams_the_moves_pass_to_its_data_dir() {
+    let mut c = Cluster::start(&["--mem", "64KiB"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let file = repo(MICROBAN);
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "144", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let l = &local_solve(&file, "144-144", &[])[0];
+    for field in ["status", "pushes", "moves", "objective", "optimal_states"] {
+        assert_eq!(g[field], l[field], "{field}: cluster {g}\nlocal {l}");
+    }
+    assert_eq!(g["objective"], "pushes,moves");
+    assert!(g["moves_disk_bytes"].as_u64().unwrap() > 100_000, "{g}");
+    assert_eq!(l["moves_disk_bytes"], 0, "{l}");
+    let moves = c.dir.path().join("coordinator").join("moves");
+    assert_eq!(std::fs::read_dir(&moves).unwrap().count(), 0, "the pass's files stay behind");
+    c.restart_coordinator_after(|data| {
+        let stale = data.join("moves").join("sokoshard-1-0");
+        std::fs::create_dir_all(&stale).unwrap();
+        std::fs::write(stale.join("7.tape"), b"left by a killed pass").unwrap();
+    });
+    assert!(!moves.exists(), "a starting coordinator clears the pass's old files");
+}

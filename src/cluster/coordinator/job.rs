@@ -9,6 +9,7 @@ use super::tables::{tables_for, tables_path};
 use super::{Kind, Shared, State};
 use crate::engine::driver::{
     solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource, PROBE_AFTER, PROBE_MAX,
+    PROBE_STATE_BYTES,
 };
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::moves::Tape;
@@ -74,7 +75,11 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         // each worker builds them too (`worker::job::lower_bounds`)
         triple_penalties: rec.options.triples,
         objective: if rec.options.pushes_only { Objective::Pushes } else { Objective::PushesMoves },
-        probe_states: if rec.options.no_probe { 0 } else { PROBE_MAX },
+        probe_states: match (rec.options.no_probe, sh.cfg.mem) {
+            (true, _) => 0,
+            (false, Some(m)) => PROBE_MAX.min(m / 4 / PROBE_STATE_BYTES),
+            (false, None) => PROBE_MAX,
+        },
         probe_after: PROBE_AFTER,
         moves_states: (rec.options.moves_states > 0).then_some(rec.options.moves_states),
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
@@ -174,7 +179,7 @@ impl Deployment for ClusterDeployment<'_> {
         if let Err(e) = std::fs::create_dir_all(&base) {
             tracing::warn!(dir = %base.display(), error = %e, "cannot make the moves pass's directory");
         }
-        Box::new(DiskTape::new(base, tape_share(None)))
+        Box::new(DiskTape::new(base, tape_share(self.sh.cfg.mem)))
     }
 
     fn search<K: StateKey>(

@@ -72,6 +72,11 @@ pub struct CoordinatorConfig {
     pub layer_delay: Duration,
     /// Test knob: the same after each layer of the moves pass's search.
     pub moves_delay: Duration,
+    /// Memory budget for what runs in the coordinator itself (`--mem`): the
+    /// probe holds at most a quarter of it, the moves pass's tape keeps a
+    /// quarter in memory and writes the rest under the data dir. `None`:
+    /// the default budget (half the machine's memory).
+    pub mem: Option<u64>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Default)]
