@@ -657,6 +657,13 @@ fn moves_pass<K: StateKey>(
             ));
             Ok(())
         }
+        Ok(MovesOutcome::MeetingTooLarge { states }) => {
+            report.moves_note = Some(format!(
+                "the moves pass gave up: the meeting layer's {states} push-optimal states are more than \
+                 a worker sends in one message"
+            ));
+            Ok(())
+        }
         Err(e) => Err(e),
     }
 }

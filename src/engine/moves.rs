@@ -235,6 +235,9 @@ pub enum MovesOutcome {
     /// More states of one depth lie on push-optimal solutions than the pass
     /// may hold at once: that depth's count, once it passed the cap.
     TooMany { depth_states: u64 },
+    /// The backend could not gather the meeting layer in one place (a
+    /// cluster worker holds more of it than one message carries): its count.
+    MeetingTooLarge { states: u64 },
 }
 
 /// Runs the pass on `backend`, whose layers come from a search without move
@@ -260,7 +263,7 @@ pub fn fewest_moves<K: StateKey>(
     let problem = &Problem::<K>::full(problem.board.clone(), problem.pruning, problem.patterns.clone());
     let optimal_states = match optimal_layers(problem, backend, tape, (forward, backward), max_depth_states, cancel)? {
         Ok(count) => count,
-        Err(depth_states) => return Ok(MovesOutcome::TooMany { depth_states }),
+        Err(outcome) => return Ok(outcome),
     };
     let disk_bytes = tape.disk_bytes();
     tracing::info!(optimal_states, disk_bytes, seconds = t0.elapsed().as_secs_f64(), "push-optimal states found");
@@ -281,8 +284,9 @@ struct Edge {
 /// Finds `OPT_0..=OPT_L` from the layers `(forward, backward)` where the
 /// sides met and writes each to `tape` (sorted), with the pushes between
 /// consecutive ones (those of depth `d` leave `OPT_d`, sorted by `from`);
-/// returns how many states they hold, or `Err(count)` once one depth passes
-/// `max_states`. Only the depth grown from and the one growing are in memory.
+/// returns how many states they hold, or why the pass gives up (a depth past
+/// `max_states`, a meeting layer the backend cannot gather). Only the depth
+/// grown from and the one growing are in memory.
 fn optimal_layers<K: StateKey>(
     problem: &Problem<K>,
     backend: &mut dyn LayerBackend<K>,
@@ -290,11 +294,12 @@ fn optimal_layers<K: StateKey>(
     (forward, backward): (usize, usize),
     max_states: u64,
     cancel: &AtomicBool,
-) -> Result<Result<u64, u64>, EngineError> {
+) -> Result<Result<u64, MovesOutcome>, EngineError> {
     let total = forward + backward;
+    let too_many = |n: usize| Ok(Err(MovesOutcome::TooMany { depth_states: n as u64 }));
     let mut meet = match backend.common(forward, backward)? {
         Ok(keys) => keys,
-        Err(count) => return Ok(Err(count)),
+        Err(states) => return Ok(Err(MovesOutcome::MeetingTooLarge { states })),
     };
     meet.sort_unstable();
     if meet.is_empty() {
@@ -303,7 +308,7 @@ fn optimal_layers<K: StateKey>(
         )));
     }
     if meet.len() as u64 > max_states {
-        return Ok(Err(meet.len() as u64));
+        return too_many(meet.len());
     }
     let mut count = meet.len() as u64;
     put_keys(tape, forward, &meet)?;
@@ -339,7 +344,7 @@ fn optimal_layers<K: StateKey>(
             return Err(EngineError::Internal(format!("moves pass: no push-optimal state at depth {d}")));
         }
         if found.len() as u64 > max_states {
-            return Ok(Err(found.len() as u64));
+            return too_many(found.len());
         }
         // every kept candidate is an edge, its push forward
         let mut es: Vec<Edge> = kept

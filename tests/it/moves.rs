@@ -200,11 +200,12 @@ fn a_moves_pass_past_its_memory_share_streams_its_depths_to_disk() {
 
 /// A tape that fails (a full or vanished disk) stops the moves pass with its
 /// error, never a panic; the driver then keeps the push-optimal solution and
-/// names the error in `moves_note` (`moves_pass_end`). On Microban I #1 a
-/// tape in memory gives the known 33 moves, one that refuses every record the
-/// error.
+/// names the error in `moves_note` (`moves_pass_end`). On Microban I #4 (7
+/// pushes, 11 push-optimal states) a tape in memory gives the known 23 moves,
+/// one that refuses every record the error, and a cap of one state per depth
+/// gives up with the count of a depth that holds more.
 #[test]
-fn a_tape_that_fails_stops_the_moves_pass_with_its_error() {
+fn a_tape_that_fails_or_a_full_depth_stops_the_moves_pass_with_the_reason() {
     use sokoshard::engine::driver::seeds;
     use sokoshard::engine::moves::{fewest_moves, MemTape, MovesOutcome, Tape, MAX_DEPTH_OPTIMAL_STATES};
     use sokoshard::engine::partition::{LocalExchange, Partitioner};
@@ -221,7 +222,7 @@ fn a_tape_that_fails_stops_the_moves_pass_with_its_error() {
         }
     }
     let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
-    let level = split_collection(&text, "Microban_155.xsb")[0].parse().unwrap();
+    let level = split_collection(&text, "Microban_155.xsb")[3].parse().unwrap();
     let board = Arc::new(Board::new(&level).unwrap());
     let problem = Problem::<u64>::full(board, Pruning { pi_corrals: false, ..Pruning::SOLVE }, None);
     let partitioner = Partitioner::for_space(8, &problem.space);
@@ -234,12 +235,17 @@ fn a_tape_that_fails_stops_the_moves_pass_with_its_error() {
     let (end, _) = bidirectional(&mut backend, &starts, &goals, &limits, &NoProgress).unwrap();
     let SearchEnd::Met { forward, backward, .. } = end else { panic!("{end:?}") };
     let depths = (forward, backward);
-    let mut run =
-        |tape: &mut dyn Tape| fewest_moves(&problem, &mut backend, tape, depths, MAX_DEPTH_OPTIMAL_STATES, &cancel);
-    match run(&mut MemTape::default()) {
-        Ok(MovesOutcome::Found { pushes, moves, .. }) => assert_eq!((pushes.len(), moves), (8, 33)),
+    let mut run = |tape: &mut dyn Tape, cap: u64| fewest_moves(&problem, &mut backend, tape, depths, cap, &cancel);
+    match run(&mut MemTape::default(), MAX_DEPTH_OPTIMAL_STATES) {
+        Ok(MovesOutcome::Found { pushes, moves, optimal_states }) => {
+            assert_eq!((pushes.len(), moves, optimal_states), (7, 23, 11))
+        }
         _ => panic!("no fewest moves with a tape in memory"),
     }
-    let e = run(&mut Failing).err().expect("the failing tape's error");
+    let e = run(&mut Failing, MAX_DEPTH_OPTIMAL_STATES).err().expect("the failing tape's error");
     assert!(e.to_string().contains("no space left on the test's disk"), "{e}");
+    match run(&mut MemTape::default(), 1) {
+        Ok(MovesOutcome::TooMany { depth_states }) => assert!(depth_states > 1, "{depth_states}"),
+        _ => panic!("a depth of more than one push-optimal state passed a cap of one"),
+    }
 }
