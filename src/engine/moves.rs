@@ -130,14 +130,11 @@ trait Record: Sized {
 }
 
 /// A state key as its limbs.
-#[derive(Clone, Copy)]
-struct KeyRec<K>(K);
-
-impl<K: StateKey> Record for KeyRec<K> {
+impl<K: StateKey> Record for K {
     const BYTES: usize = 8 * K::LIMBS;
     fn write(&self, out: &mut Vec<u8>) {
         for i in 0..K::LIMBS {
-            out.extend_from_slice(&self.0.limb(i).to_le_bytes());
+            out.extend_from_slice(&self.limb(i).to_le_bytes());
         }
     }
     fn read(b: &[u8]) -> Self {
@@ -146,7 +143,7 @@ impl<K: StateKey> Record for KeyRec<K> {
         for (l, c) in limbs.iter_mut().zip(b.chunks_exact(8)) {
             *l = u64::from_le_bytes(c.try_into().expect("8 bytes"));
         }
-        KeyRec(K::from_limbs(&limbs[..K::LIMBS]))
+        K::from_limbs(&limbs[..K::LIMBS])
     }
 }
 
@@ -209,15 +206,6 @@ fn get_records<R: Record + Send>(tape: &mut dyn Tape, rec: Rec, depth: usize) ->
         )));
     }
     Ok(bytes.par_chunks_exact(R::BYTES).map(R::read).collect())
-}
-
-fn put_keys<K: StateKey>(tape: &mut dyn Tape, depth: usize, keys: &[K]) -> Result<(), EngineError> {
-    let recs: Vec<KeyRec<K>> = keys.iter().map(|k| KeyRec(*k)).collect();
-    put_records(tape, Rec::States, depth, &recs)
-}
-
-fn get_keys<K: StateKey>(tape: &mut dyn Tape, depth: usize) -> Result<Vec<K>, EngineError> {
-    Ok(get_records::<KeyRec<K>>(tape, Rec::States, depth)?.into_iter().map(|k| k.0).collect())
 }
 
 /// Keys per lookup batch sent to the backend (a cluster message stays small).
@@ -311,7 +299,7 @@ fn optimal_layers<K: StateKey>(
         return too_many(meet.len());
     }
     let mut count = meet.len() as u64;
-    put_keys(tape, forward, &meet)?;
+    put_records(tape, Rec::States, forward, &meet)?;
     let mut prev = meet;
     // towards the start, pull predecessors found in the forward layers; then
     // towards the goal, push successors found in the backward layers:
@@ -321,7 +309,7 @@ fn optimal_layers<K: StateKey>(
     for (d, from, moves, side, layer) in towards_start.chain(towards_goal) {
         if d == forward + 1 {
             // the sweep towards the goal starts again from the meeting
-            prev = get_keys(tape, forward)?;
+            prev = get_records(tape, Rec::States, forward)?;
         }
         // the moves from a slice of the layer at a time, so that memory holds
         // the slice's candidates (not the whole layer's) and the kept ones
@@ -359,7 +347,7 @@ fn optimal_layers<K: StateKey>(
             .collect();
         es.par_sort_unstable_by_key(|e| (e.from, e.to));
         put_records(tape, Rec::Edges, d.min(from), &es)?;
-        put_keys(tape, d, &found)?;
+        put_records(tape, Rec::States, d, &found)?;
         count += found.len() as u64;
         prev = found;
         if cancel.load(Ordering::Relaxed) {
@@ -458,7 +446,7 @@ fn cheapest_path<K: StateKey>(
         if cancel.load(Ordering::Relaxed) {
             return Err(EngineError::Cancelled);
         }
-        let here: Vec<K> = get_keys(tape, d)?;
+        let here: Vec<K> = get_records(tape, Rec::States, d)?;
         if d == 0 && here.len() != 1 {
             return Err(EngineError::Internal("moves pass: the first layer is not the start alone".into()));
         }
@@ -528,7 +516,7 @@ fn cheapest_path<K: StateKey>(
         let l = cur[at];
         let prev: Vec<Label> = get_records(tape, Rec::Labels, d - 1)?;
         let edges: Vec<Edge> = get_records(tape, Rec::Edges, d - 1)?;
-        let layer: Vec<K> = get_keys(tape, d - 1)?;
+        let layer: Vec<K> = get_records(tape, Rec::States, d - 1)?;
         let mut found = None;
         for e in edges.iter().filter(|e| e.to == l.state && e.push.from == l.player) {
             let lo = prev.partition_point(|p| p.state < e.from);
