@@ -9,7 +9,9 @@
 //! [`MemoryBudget`], writing into a fresh [`SpillDir`] that is removed when the
 //! solve ends, however it ends, unless kept.
 
-use crate::engine::driver::{solve, Deployment, Observers, Pass, SolveSpec, PROBE_AFTER, PROBE_MAX, PROBE_STATE_BYTES};
+use crate::engine::driver::{
+    probe_cap, solve, Deployment, Observers, Pass, SolveSpec, PROBE_AFTER, PROBE_MAX, PROBE_STATE_BYTES,
+};
 use crate::engine::kpg::{build_tables_paired, DeadlockTables, KChoice, KStats, KpgProgress};
 use crate::engine::moves::Tape;
 use crate::engine::partition::{LocalExchange, PartitionStore, Partitioner};
@@ -111,15 +113,6 @@ impl Default for SolveOptions {
     }
 }
 
-/// The most states a probe may store under `opts`: with a memory budget,
-/// what fits in a quarter of it (the store gets the rest).
-fn probe_cap(opts: &SolveOptions) -> u64 {
-    match opts.memory_budget {
-        Some(m) => opts.probe_states.min(m / 4 / PROBE_STATE_BYTES),
-        None => opts.probe_states,
-    }
-}
-
 impl SolveOptions {
     /// True when the solve runs on the disk-backed store.
     pub fn spills(&self) -> bool {
@@ -153,7 +146,7 @@ pub fn solve_local_observed(
         max_states: opts.max_states,
         deadline: opts.deadline,
         objective: opts.objective,
-        probe_states: probe_cap(opts),
+        probe_states: probe_cap(opts.probe_states, opts.memory_budget),
         probe_after: opts.probe_after,
         moves_states: opts.moves_states,
     };
@@ -201,7 +194,7 @@ impl Deployment for Local<'_> {
         // the probe's share is set aside: it holds its states beside the layers
         let total = opts.memory_budget.unwrap_or_else(default_budget);
         let budget = MemoryBudget::new(
-            total - probe_cap(opts).saturating_mul(PROBE_STATE_BYTES).min(total / 4),
+            total - probe_cap(opts.probe_states, opts.memory_budget).saturating_mul(PROBE_STATE_BYTES).min(total / 4),
             rayon::current_num_threads(),
             std::mem::size_of::<K>(),
         );

@@ -778,6 +778,13 @@ pub const PROBE_MAX: u64 = 1 << 25;
 /// index (for the widest keys, more).
 pub const PROBE_STATE_BYTES: u64 = 40;
 
+/// The most states a probe may store when `asked` are allowed under
+/// `memory_budget`: what fits in a quarter of the budget, if one is given
+/// (the layers get the rest).
+pub fn probe_cap(asked: u64, memory_budget: Option<u64>) -> u64 {
+    memory_budget.map_or(asked, |m| asked.min(m / 4 / PROBE_STATE_BYTES))
+}
+
 /// A probe's counters as a search's, for the totals and the next bound.
 fn probe_as_search(p: &ProbeStats) -> SearchStats {
     SearchStats {

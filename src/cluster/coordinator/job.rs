@@ -8,8 +8,8 @@ use super::backend::{ClusterBackend, Phase};
 use super::tables::{tables_for, tables_path};
 use super::{Kind, Shared, State};
 use crate::engine::driver::{
-    solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource, PROBE_AFTER, PROBE_MAX,
-    PROBE_STATE_BYTES,
+    probe_cap, solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource, PROBE_AFTER,
+    PROBE_MAX,
 };
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::moves::Tape;
@@ -75,11 +75,7 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         // each worker builds them too (`worker::job::lower_bounds`)
         triple_penalties: rec.options.triples,
         objective: if rec.options.pushes_only { Objective::Pushes } else { Objective::PushesMoves },
-        probe_states: match (rec.options.no_probe, sh.cfg.mem) {
-            (true, _) => 0,
-            (false, Some(m)) => PROBE_MAX.min(m / 4 / PROBE_STATE_BYTES),
-            (false, None) => PROBE_MAX,
-        },
+        probe_states: if rec.options.no_probe { 0 } else { probe_cap(PROBE_MAX, sh.cfg.mem) },
         probe_after: PROBE_AFTER,
         moves_states: (rec.options.moves_states > 0).then_some(rec.options.moves_states),
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
