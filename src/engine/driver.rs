@@ -324,7 +324,9 @@ fn search<K: StateKey, D: Deployment>(
         // probes only where no solution can be shorter than the bound
         let probing = limit.is_some() && limit == floor;
         let mut probes = Probes::new(spec, probing, max_states);
-        let mut tape = deployment.tape();
+        // layers without move pruning serve the moves pass as they are
+        let reuse = spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals;
+        let mut tape = reuse.then(|| deployment.tape());
         deployment.search(Pass::Main { at_floor: probing }, &problem, tables.as_ref(), cancel, &mut |backend| {
             let found = match backend.resumed_meeting() {
                 Some(end) => end,
@@ -388,10 +390,7 @@ fn search<K: StateKey, D: Deployment>(
                 // no push, no step: a solved start is optimal for both
                 report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
                 met = pushes.len();
-                // layers without move pruning serve the moves pass as they are
-                if let Some(depths) = met_at
-                    .filter(|_| spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals && met > 0)
-                {
+                if let (Some(depths), Some(tape)) = (met_at.filter(|_| met > 0), tape.as_mut()) {
                     let t0 = Instant::now();
                     let result = moves_pass(&problem, backend, tape.as_mut(), depths, cancel, report);
                     report.moves_seconds = t0.elapsed().as_secs_f64();

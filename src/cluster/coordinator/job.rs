@@ -170,12 +170,8 @@ impl Deployment for ClusterDeployment<'_> {
 
     fn tape(&mut self) -> Box<dyn Tape> {
         // the moves pass runs here, in the coordinator: its depths go to the
-        // data dir past the coordinator's share of memory
-        let base = self.sh.cfg.data_dir.join(super::MOVES_DIR);
-        if let Err(e) = std::fs::create_dir_all(&base) {
-            tracing::warn!(dir = %base.display(), error = %e, "cannot make the moves pass's directory");
-        }
-        Box::new(DiskTape::new(base, tape_share(self.sh.cfg.mem)))
+        // data dir (made at start) past the coordinator's share of memory
+        Box::new(DiskTape::new(self.sh.cfg.data_dir.join(super::MOVES_DIR), tape_share(self.sh.cfg.mem)))
     }
 
     fn search<K: StateKey>(

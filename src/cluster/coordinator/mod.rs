@@ -383,8 +383,9 @@ impl CoordinatorService {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| ClusterError::io(format!("creating {}", cfg.data_dir.display()), e))?;
         let (records, next_id) = load_jobs(&cfg.data_dir)?;
-        // the moves pass's scratch files of an earlier process (a pass is
-        // redone from the logged meeting, never resumed from them)
+        // the moves pass's scratch files of an earlier process go (a pass is
+        // redone from the logged meeting, never resumed from them); its
+        // tapes write under a fresh directory
         let moves = cfg.data_dir.join(MOVES_DIR);
         if moves.exists() {
             match std::fs::remove_dir_all(&moves) {
@@ -394,6 +395,7 @@ impl CoordinatorService {
                 }
             }
         }
+        std::fs::create_dir_all(&moves).map_err(|e| ClusterError::io(format!("creating {}", moves.display()), e))?;
         let mut jobs = BTreeMap::new();
         for mut rec in records {
             if !terminal(rec.state) && rec.state != State::Queued {
