@@ -13,7 +13,7 @@ use crate::engine::SeamError;
 use crate::storage::envelope::{self, Kind};
 use crate::storage::spill::SpillDir;
 use crate::storage::StorageError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Write;
 use std::path::PathBuf;
@@ -28,8 +28,8 @@ pub struct DiskTape {
     share: u64,
     held: u64,
     memory: HashMap<u64, Vec<u8>>,
-    /// Records on disk: their files.
-    files: HashMap<u64, PathBuf>,
+    /// Records on disk (each in [`DiskTape::path`]).
+    files: HashSet<u64>,
     written: u64,
 }
 
@@ -38,7 +38,7 @@ impl DiskTape {
     /// rest under a fresh directory in `base` (an existing directory; it is
     /// checked when the first record goes to disk).
     pub fn new(base: PathBuf, share: u64) -> Self {
-        DiskTape { base, dir: None, share, held: 0, memory: HashMap::new(), files: HashMap::new(), written: 0 }
+        DiskTape { base, dir: None, share, held: 0, memory: HashMap::new(), files: HashSet::new(), written: 0 }
     }
 
     /// Records on disk.
@@ -51,19 +51,23 @@ impl DiskTape {
         self.dir.as_ref().map(|d| d.path().to_path_buf())
     }
 
+    /// The file of record `id`, once the tape's directory is made.
+    fn path(&self, id: u64) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.path().join(format!("{id}.tape")))
+    }
+
     fn write(&mut self, id: u64, bytes: &[u8]) -> Result<(), StorageError> {
         if self.dir.is_none() {
             self.dir = Some(SpillDir::create(&self.base, false)?);
         }
-        let dir = self.dir.as_ref().expect("made above");
-        let path = dir.path().join(format!("{id}.tape"));
+        let path = self.path(id).expect("made above");
         let body = lz4_flex::block::compress_prepend_size(bytes);
         let mut f = fs::File::create(&path).map_err(|e| StorageError::io(&path, "creating", e))?;
         f.write_all(&envelope::header(&TAPE, &body))
             .and_then(|()| f.write_all(&body))
             .map_err(|e| StorageError::io(&path, "writing", e))?;
         self.written += (envelope::HEADER + body.len()) as u64;
-        self.files.insert(id, path);
+        self.files.insert(id);
         Ok(())
     }
 }
@@ -95,8 +99,10 @@ impl Tape for DiskTape {
         if let Some(b) = self.memory.get(&id) {
             return Ok(b.clone());
         }
-        let path = self.files.get(&id).ok_or_else(|| SeamError::new(NoRecord(id)))?;
-        Ok(read_tape_file(path)?)
+        match self.path(id).filter(|_| self.files.contains(&id)) {
+            Some(path) => Ok(read_tape_file(&path)?),
+            None => Err(SeamError::new(NoRecord(id))),
+        }
     }
 
     fn disk_bytes(&self) -> u64 {
@@ -157,7 +163,7 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let mut tape = DiskTape::new(base.path().to_path_buf(), 0);
         tape.put(5, record(5000, 7)).unwrap();
-        let path = tape.files[&5].clone();
+        let path = tape.path(5).unwrap();
         let good = fs::read(&path).unwrap();
         let check = |tape: &mut DiskTape, bytes: &[u8], expect: &str| {
             fs::write(&path, bytes).unwrap();
