@@ -97,8 +97,9 @@ pub struct SolveArgs {
     pub no_probe: bool,
     /// Build k-PG deadlock tables for k = 1 to this k before each solve (1 to 8).
     /// Without it the solve builds k = 1, 2 and each next k whose k-game is
-    /// predicted to stay within 500,000 states (half a second); `--kpg 0`
-    /// uses no table at all, not even dead squares.
+    /// predicted to stay within 500,000 states (half a second), the larger k
+    /// only once the search has stored about what they cost; `--kpg 0` uses
+    /// no table at all, not even dead squares.
     #[arg(long, conflicts_with = "deadlocks")]
     pub kpg: Option<usize>,
     /// Load k-PG deadlock tables from a database built by `deadlocks build`.

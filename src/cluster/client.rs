@@ -142,6 +142,7 @@ fn report_of(r: &SolveResult) -> SolveReport {
         seconds: r.seconds,
         kpg_seconds: r.kpg_seconds,
         kpg: r.kpg as usize,
+        small_tables_states: r.small_tables_states,
         triples: r.triples,
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,

@@ -5,7 +5,7 @@
 //! [`SolveReport`] with its counts and timings. Local mode (`crate::solve`) and
 //! the cluster's coordinator differ only in the [`Deployment`] they hand it.
 
-use super::kpg::{DeadlockTables, KChoice, KStats, KpgProgress};
+use super::kpg::{predicted_auto_states, DeadlockTables, KChoice, KStats, KpgProgress};
 use super::moves::{fewest_moves, MemTape, MovesOutcome, Tape, MAX_DEPTH_OPTIMAL_STATES};
 use super::path::rebuild;
 use super::probe::{Probe, ProbeEnd, ProbeStats};
@@ -162,6 +162,43 @@ pub trait Deployment {
     /// Adds what only the deployment knows to a finished report (disk use of a
     /// budgeted store, counts kept across a cluster restart).
     fn finish_report(&mut self, _report: &mut SolveReport) {}
+
+    /// Drops the layers of the iteration just searched, so that the next
+    /// search of the same bound starts afresh (after the tables grew) rather
+    /// than resuming them. Local layers live only as long as their search.
+    fn restart_iteration(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// The k of the small tables the automatic choice starts with: the 1- and
+/// 2-box games, whose tables cost at most a few squares squared states (and
+/// hold the pair penalties of the bound).
+pub const SMALL_K: usize = 2;
+
+/// How many k-game states cost as much as one state of the search: about
+/// three (a k-game state about 1 µs, a searched one about 3 µs on the
+/// benchmark machine, both on two threads; docs/benchmarks.md).
+pub const GAME_STATES_PER_SEARCHED: u64 = 3;
+
+/// The states a search may store with the small tables before the automatic
+/// choice builds the larger ones (k = 3 and up, while they pay) and searches
+/// on with them: as many as cost what the larger tables are predicted to
+/// (`predicted`: their k-games' states). A search that fits is done before
+/// the tables would be (most small levels then take milliseconds instead of
+/// up to a second of tables); one that outgrows it has lost at most about
+/// the tables' cost, and keeps what it proved (the bound iterations it
+/// exhausted) but the iteration it was in.
+pub fn small_tables_trial(predicted: u64) -> u64 {
+    predicted / GAME_STATES_PER_SEARCHED
+}
+
+/// The larger tables a solve started without, to build once its search
+/// stores `trial` states.
+struct Grow<'a> {
+    choice: KChoice,
+    progress: &'a dyn KpgProgress,
+    trial: u64,
 }
 
 /// Observers of a solve: the table build, then the search's layers.
@@ -219,27 +256,86 @@ fn run<D: Deployment>(
     observers: &Observers<'_>,
     report: &mut SolveReport,
 ) -> Result<(), EngineError> {
+    let mut grow = None;
     let tables = match &spec.tables {
         TableSource::None | TableSource::Build(KChoice::UpTo(0)) => None,
         TableSource::Given(t) => Some(t.clone()),
         TableSource::Build(k) => {
+            // the automatic choice starts small where the deployment lets it
+            // (a resumed job goes on with the larger tables: they prune only
+            // dead states, so its layers stay valid)
+            let small = *k == KChoice::Auto && deployment.resumed().is_none();
+            let first = if small { KChoice::UpTo(SMALL_K) } else { *k };
             let t0 = Instant::now();
-            let built = deployment.build_tables(board, *k, cancel, observers.tables)?;
+            let built = deployment.build_tables(board, first, cancel, observers.tables)?;
             report.kpg_seconds = t0.elapsed().as_secs_f64();
             match built {
-                Some((t, _)) => Some(Arc::new(t)),
+                Some((t, stats)) => {
+                    // grown only if the automatic choice would go on past them
+                    let predicted = predicted_auto_states(&stats, board.box_count());
+                    if small && stats.len() == SMALL_K && predicted > 0 {
+                        let trial = small_tables_trial(predicted);
+                        grow = Some(Grow { choice: *k, progress: observers.tables, trial });
+                    }
+                    Some(Arc::new(t))
+                }
                 None => return Err(EngineError::Cancelled),
             }
         }
     };
     report.kpg = tables.as_ref().map_or(0, |t| t.max_k());
+    let given = Given { tables, grow };
     match board.keyspace.width {
-        KeyWidth::U64 => search::<u64, D>(deployment, board, spec, tables, cancel, observers.search, report),
-        KeyWidth::U128 => search::<u128, D>(deployment, board, spec, tables, cancel, observers.search, report),
-        KeyWidth::Bits256 => search::<BitKey<4>, D>(deployment, board, spec, tables, cancel, observers.search, report),
-        KeyWidth::Bits1024 => {
-            search::<BitKey<16>, D>(deployment, board, spec, tables, cancel, observers.search, report)
-        }
+        KeyWidth::U64 => search::<u64, D>(deployment, board, spec, given, cancel, observers.search, report),
+        KeyWidth::U128 => search::<u128, D>(deployment, board, spec, given, cancel, observers.search, report),
+        KeyWidth::Bits256 => search::<BitKey<4>, D>(deployment, board, spec, given, cancel, observers.search, report),
+        KeyWidth::Bits1024 => search::<BitKey<16>, D>(deployment, board, spec, given, cancel, observers.search, report),
+    }
+}
+
+/// The tables a search starts with, and the larger ones it may grow into.
+struct Given<'a> {
+    tables: Option<Arc<DeadlockTables>>,
+    grow: Option<Grow<'a>>,
+}
+
+impl Given<'_> {
+    /// The states the search may still store before it grows its tables.
+    fn trial_left(&self, stored: u64) -> Option<u64> {
+        self.grow.as_ref().map(|g| g.trial.saturating_sub(stored))
+    }
+
+    /// Builds the larger tables in place of the small ones.
+    fn grow<D: Deployment>(
+        &mut self,
+        deployment: &mut D,
+        board: &Arc<Board>,
+        pass: Pass,
+        cancel: &AtomicBool,
+        report: &mut SolveReport,
+    ) -> Result<(), EngineError> {
+        let Some(grow) = self.grow.take() else { return Ok(()) };
+        let search = if pass == Pass::Moves { "moves pass" } else { "level" };
+        tracing::info!(states = grow.trial, search, "the search outgrew the small tables: building the larger ones");
+        let t0 = Instant::now();
+        let built = deployment.build_tables(board, grow.choice, cancel, grow.progress)?;
+        report.kpg_seconds += t0.elapsed().as_secs_f64();
+        let Some((t, _)) = built else { return Err(EngineError::Cancelled) };
+        report.kpg = t.max_k();
+        self.tables = Some(Arc::new(t));
+        Ok(())
+    }
+
+    fn patterns(&self) -> Option<Arc<dyn PatternCheck>> {
+        self.tables.clone().map(|t| t as Arc<dyn PatternCheck>)
+    }
+}
+
+/// The smaller of two optional limits.
+fn tighter(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -247,13 +343,14 @@ fn search<K: StateKey, D: Deployment>(
     deployment: &mut D,
     board: &Arc<Board>,
     spec: &SolveSpec,
-    tables: Option<Arc<DeadlockTables>>,
+    mut given: Given<'_>,
     cancel: &AtomicBool,
     progress: &dyn Progress,
     report: &mut SolveReport,
 ) -> Result<(), EngineError> {
-    let patterns = tables.clone().map(|t| t as Arc<dyn PatternCheck>);
-    let kept = tables.as_ref().and_then(|t| t.pairs.as_deref());
+    // the pair penalties are the 2-box games', the same in the small tables
+    // and the larger ones
+    let kept = given.tables.as_ref().and_then(|t| t.pairs.as_deref());
     let lower = (spec.bound != BoundSpec::Off).then(|| {
         let t0 = Instant::now();
         let lower = LowerBounds::with_kept_pairs(board, spec.pair_penalties, kept);
@@ -314,9 +411,12 @@ fn search<K: StateKey, D: Deployment>(
     let mut tried = false;
     loop {
         let t0 = Instant::now();
+        let (tried_before, last_before) = (tried, last_stored);
         let bound = limit.zip(lower.clone()).map(|(limit, l)| Bound { lower: l as Arc<dyn LowerBound>, limit });
-        let problem = Problem::<K>::full(board.clone(), spec.pruning, patterns.clone()).with_bound(bound);
-        let max_states = spec.max_states.map(|m| m.saturating_sub(totals.stored));
+        let problem = Problem::<K>::full(board.clone(), spec.pruning, given.patterns()).with_bound(bound);
+        let asked = spec.max_states.map(|m| m.saturating_sub(totals.stored));
+        let trial = given.trial_left(totals.stored);
+        let max_states = tighter(asked, trial);
         let limits = Limits { cancel, max_states, bound: limit };
         let mut end = None;
         let mut next_limit = None;
@@ -327,6 +427,7 @@ fn search<K: StateKey, D: Deployment>(
         // layers without move pruning serve the moves pass as they are
         let reuse = spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals;
         let mut tape = reuse.then(|| deployment.tape());
+        let tables = given.tables.clone();
         deployment.search(Pass::Main { at_floor: probing }, &problem, tables.as_ref(), cancel, &mut |backend| {
             let found = match backend.resumed_meeting() {
                 Some(end) => end,
@@ -402,12 +503,31 @@ fn search<K: StateKey, D: Deployment>(
             Ok(())
         })?;
         report.record_stats(&totals);
+        if matches!(end, Some(SearchEnd::Limit)) && trial.is_some_and(|t| asked.is_none_or(|a| t < a)) {
+            // the search outgrew the small tables: the same iteration again
+            // with the larger ones (those before it stay proven)
+            (tried, last_stored) = (tried_before, last_before);
+            if lower.is_some() {
+                report.iterations.pop();
+            }
+            report.small_tables_states = totals.stored;
+            deployment.restart_iteration()?;
+            given.grow(deployment, board, Pass::Main { at_floor: false }, cancel, report)?;
+            continue;
+        }
         match end {
             Some(SearchEnd::Met { .. } | SearchEnd::Solved { .. }) => {
                 if spec.objective == Objective::PushesMoves && met > 0 {
-                    let (patterns, tables, lower) = (&patterns, &tables, &lower);
-                    let given = MovesSearch { board, spec, patterns, tables, lower, pushes: met };
-                    moves_search::<K, D>(deployment, &given, cancel, progress, report);
+                    let (t0, tables_before) = (Instant::now(), report.kpg_seconds);
+                    let moves = MovesSearch { board, spec, lower: &lower, pushes: met };
+                    // the moves pass's search may outgrow the small tables too
+                    let trial = given.grow.as_ref().map(|g| g.trial);
+                    if moves_search::<K, D>(deployment, &moves, &given, trial, cancel, progress, report) {
+                        given.grow(deployment, board, Pass::Moves, cancel, report)?;
+                        moves_search::<K, D>(deployment, &moves, &given, None, cancel, progress, report);
+                    }
+                    // a table build between its two tries is the tables' time
+                    report.moves_seconds = t0.elapsed().as_secs_f64() - (report.kpg_seconds - tables_before);
                 }
                 return Ok(());
             }
@@ -509,8 +629,6 @@ impl<K: StateKey> Probes<K> {
 struct MovesSearch<'a> {
     board: &'a Arc<Board>,
     spec: &'a SolveSpec,
-    patterns: &'a Option<Arc<dyn PatternCheck>>,
-    tables: &'a Option<Arc<DeadlockTables>>,
     lower: &'a Option<Arc<LowerBounds>>,
     pushes: usize,
 }
@@ -522,27 +640,36 @@ struct MovesSearch<'a> {
 /// The level's search ran first because it is the fast one: a solve stopped
 /// during this pass keeps its push-optimal solution and says why its moves
 /// are not minimal.
+///
+/// With `trial`, the search stops there, leaves the report's outcome alone
+/// and returns `true` when it stored that many states first (the caller
+/// grows the tables and runs it again).
 fn moves_search<K: StateKey, D: Deployment>(
     deployment: &mut D,
     given: &MovesSearch<'_>,
+    tables: &Given<'_>,
+    trial: Option<u64>,
     cancel: &AtomicBool,
     progress: &dyn Progress,
     report: &mut SolveReport,
-) {
+) -> bool {
     let (board, pushes) = (given.board, given.pushes);
-    let t0 = Instant::now();
     let limit = pushes as u32;
     let bound = given.lower.clone().map(|l| Bound { lower: l as Arc<dyn LowerBound>, limit });
     let pruning = Pruning { pi_corrals: false, ..given.spec.pruning };
-    let problem = Problem::<K>::full(board.clone(), pruning, given.patterns.clone()).with_bound(bound);
-    let left = given.spec.max_states.map(|m| m.saturating_sub(report.states));
-    let budget = given.spec.moves_states.unwrap_or_else(|| moves_budget(report.states));
+    let problem = Problem::<K>::full(board.clone(), pruning, tables.patterns()).with_bound(bound);
+    // the level's own states: a grown search's trial does not count
+    let level_states = report.states;
+    let left = given.spec.max_states.map(|m| m.saturating_sub(level_states + report.moves_states));
+    let budget = given.spec.moves_states.unwrap_or_else(|| moves_budget(level_states));
     let max_states = Some(left.map_or(budget, |l| l.min(budget)));
-    let limits = Limits { cancel, max_states, bound: Some(limit) };
+    let outgrown = trial.filter(|&t| max_states.is_none_or(|m| t < m));
+    let limits = Limits { cancel, max_states: tighter(max_states, outgrown), bound: Some(limit) };
+    let mut grow = false;
     let progress = &MovesProgress { inner: progress, budget };
     let mut stats = SearchStats::default();
     let mut tape = deployment.tape();
-    let result = deployment.search(Pass::Moves, &problem, given.tables.as_ref(), cancel, &mut |backend| {
+    let result = deployment.search(Pass::Moves, &problem, tables.tables.as_ref(), cancel, &mut |backend| {
         let (starts, goals) = seeds(&problem);
         let (found, s) = bidirectional(backend, &starts, &goals, &limits, progress)?;
         stats = s;
@@ -551,6 +678,10 @@ fn moves_search<K: StateKey, D: Deployment>(
                 moves_pass(&problem, backend, tape.as_mut(), (forward, backward), cancel, report)
             }
             SearchEnd::Cancelled => Err(EngineError::Cancelled),
+            SearchEnd::Limit if outgrown.is_some() => {
+                grow = true;
+                Ok(())
+            }
             SearchEnd::Limit if left.is_some_and(|l| l <= budget) => {
                 report.moves_note = Some("the moves pass reached the state limit".into());
                 Ok(())
@@ -571,10 +702,13 @@ fn moves_search<K: StateKey, D: Deployment>(
             ))),
         }
     });
-    report.moves_states = stats.stored;
-    report.moves_seconds = t0.elapsed().as_secs_f64();
+    report.moves_states += stats.stored;
     report.peak_memory_bytes = report.peak_memory_bytes.max(stats.peak_memory_bytes);
+    if grow && result.is_ok() {
+        return true;
+    }
     moves_pass_end(report, result);
+    false
 }
 
 /// The moves pass's search's progress: its layers marked with its budget, so

@@ -80,6 +80,25 @@ pub fn next_k_pays(done: &[KStats]) -> bool {
     }
 }
 
+/// The k-game states the automatic choice is predicted to play after `done`
+/// (the games played so far, in order), on a level of `boxes` boxes: each
+/// next game predicted as [`next_k_pays`] predicts it, while that is within
+/// [`AUTO_STATES`] and k stays within [`MAX_K`] and the box count.
+pub fn predicted_auto_states(done: &[KStats], boxes: usize) -> u64 {
+    let mut counts: Vec<u64> = done.iter().map(|s| (s.forward_states + s.backward_states).max(1)).collect();
+    let mut total = 0u64;
+    while counts.len() < MAX_K.min(boxes) {
+        let [.., prev, last] = counts[..] else { break };
+        let predicted = (last as u128 * last as u128 / prev as u128).min(u64::MAX as u128) as u64;
+        if predicted > AUTO_STATES {
+            break;
+        }
+        total += predicted;
+        counts.push(predicted.max(1));
+    }
+    total
+}
+
 /// A sorted box set, its 16-bit squares packed high to low.
 pub type Packed = u128;
 
@@ -740,6 +759,27 @@ mod tests {
         // exactly at the budget plays; a game that found nothing counts as one state
         assert!(next_k_pays(&[stats(2, 50), stats(3, 5_000)]));
         assert!(next_k_pays(&[stats(2, 0), stats(3, 0)]));
+    }
+
+    #[test]
+    fn the_automatic_choice_predicts_what_it_will_play() {
+        let stats = |k, states: u64| KStats {
+            k,
+            forward_states: states,
+            backward_states: 0,
+            forward_patterns: 0,
+            backward_patterns: 0,
+            seconds: 0.0,
+        };
+        // growth 10: 10,000 then 100,000 are within the budget, 10^6 is not
+        assert_eq!(predicted_auto_states(&[stats(1, 100), stats(2, 1_000)], 20), 110_000);
+        // the box count ends it first
+        assert_eq!(predicted_auto_states(&[stats(1, 100), stats(2, 1_000)], 3), 10_000);
+        assert_eq!(predicted_auto_states(&[stats(1, 100), stats(2, 1_000)], 2), 0);
+        // and MAX_K: growth 1 plays every k up to it
+        assert_eq!(predicted_auto_states(&[stats(1, 10), stats(2, 10)], 40), 10 * (MAX_K as u64 - 2));
+        // nothing predicted from fewer than two games
+        assert_eq!(predicted_auto_states(&[stats(1, 10)], 40), 0);
     }
 
     #[test]

@@ -131,6 +131,13 @@ pub struct SolveReport {
     /// The largest k of the k-PG tables the search used (0: none).
     #[serde(default)]
     pub kpg: usize,
+    /// States the level's search stored with the small tables (k = 1 and 2)
+    /// before it outgrew them and the automatic choice built the larger ones
+    /// (part of `states`; 0 when the small tables sufficed or were not
+    /// tried). A moves pass's search that outgrows them counts its states
+    /// with them in `moves_states`.
+    #[serde(default)]
+    pub small_tables_states: u64,
     /// Whether the bound used triple penalties (asked for with `--triples`
     /// and built within their work limit).
     #[serde(default)]
@@ -190,6 +197,7 @@ impl SolveReport {
             kpg_seconds: 0.0,
             triples: false,
             kpg: 0,
+            small_tables_states: 0,
             forward_layers: 0,
             backward_layers: 0,
             peak_memory_bytes: 0,

@@ -223,8 +223,10 @@ fn deadlock_database_build_show_and_reuse() {
     assert_eq!(sokoshard(&["solve", file, "--level", "1", "--kpg", "9"]).status.code(), Some(2));
 
     // --kpg 0 is the no-table baseline: dead squares off too, same answer, and
-    // more states than the default (which builds tables, here up to the level's
-    // three boxes); both on the plain search, so that only the tables differ
+    // more states than the default (which builds k = 1 and 2 here: the search
+    // is over before the 3-box game would pay) and than tables up to the
+    // level's three boxes; all on the plain search, so that only the tables
+    // differ
     let states = |extra: &[&str], k: u64| {
         let mut args = vec!["solve", file, "--level", "2", "--json", "--no-freeze", "--no-bound"];
         args.extend_from_slice(extra);
@@ -238,7 +240,9 @@ fn deadlock_database_build_show_and_reuse() {
         }
         v["states"].as_u64().unwrap()
     };
-    assert!(states(&["--kpg", "0"], 0) > states(&[], 3));
+    let none = states(&["--kpg", "0"], 0);
+    assert!(none > states(&[], 2));
+    assert!(none > states(&["--kpg", "3"], 3));
 }
 
 /// The bitset lookup must answer exactly what flooding the k-box board and
@@ -335,4 +339,71 @@ fn trie_check_agrees_with_a_scan_of_every_pattern() {
         }
     }
     assert!(hits > checks / 20, "too few hits to test the walk ({hits} of {checks})");
+}
+
+/// The automatic choice starts with k = 1 and 2 and builds the larger tables
+/// only once the search has stored about what they cost: a small level never
+/// builds them (Microban I #105 built k = 1 to 8 first, 0.4 s of tables for a
+/// search of 12,000 states), a larger one builds them part way (#144, whose
+/// tables cost about a quarter of its solve), and either way the answer is
+/// the one the same tables built first give, the last iteration the same
+/// search.
+#[test]
+fn larger_tables_wait_until_the_search_outgrows_the_small_ones() {
+    use sokoshard::engine::kpg::KChoice;
+    let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
+    let all = split_collection(&text, "Microban_155.xsb");
+    let solve = |index: usize, tables: TableSource| {
+        let board = Board::new(&all[index - 1].parse().unwrap()).unwrap();
+        let opts = SolveOptions { tables, ..Default::default() };
+        solve_local(Arc::new(board), &opts, &AtomicBool::new(false), &NoProgress).unwrap()
+    };
+    let last = |r: &sokoshard::solve::SolveReport| r.iterations.last().map(|i| (i.bound, i.states));
+
+    let small = solve(105, TableSource::Build(KChoice::Auto));
+    assert_eq!((small.status, small.kpg, small.small_tables_states), (Status::Solved, 2, 0), "{small:?}");
+    let first = solve(105, TableSource::Build(KChoice::UpTo(8)));
+    assert_eq!((small.pushes, small.moves), (first.pushes, first.moves));
+    let known = truth().into_iter().find(|t| t.0 == 105).unwrap();
+    assert_eq!(small.pushes, Some(known.1));
+
+    let grown = solve(144, TableSource::Build(KChoice::Auto));
+    assert_eq!(grown.status, Status::Solved);
+    assert!(grown.kpg > 2, "{grown:?}");
+    assert!(grown.small_tables_states > 0 && grown.small_tables_states < grown.states, "{grown:?}");
+    let first = solve(144, TableSource::Build(KChoice::UpTo(grown.kpg)));
+    assert_eq!((grown.pushes, grown.moves, grown.objective), (first.pushes, first.moves, first.objective));
+    assert_eq!(grown.pushes, Some(36));
+    assert_eq!(last(&grown), last(&first));
+    // the larger tables cost their time once, counted in the tables' seconds
+    assert!(grown.kpg_seconds > 0.0 && grown.kpg_seconds < grown.seconds);
+}
+
+/// The moves pass's search (without PI-corrals) can outgrow the small tables
+/// where the level's own search did not: XSokoban #1's pushes take about
+/// 72,000 states, within what its larger tables would cost, its moves pass
+/// several times that. The pass then grows the tables and searches again,
+/// and its moves are those of the larger tables built first.
+#[test]
+fn the_moves_pass_grows_the_tables_when_its_search_outgrows_them() {
+    use sokoshard::engine::kpg::KChoice;
+    let text = std::fs::read_to_string(repo("levels/XSokoban_90.xsb")).unwrap();
+    let board = Board::new(&split_collection(&text, "XSokoban_90.xsb")[0].parse().unwrap()).unwrap();
+    let solve = |tables: TableSource| {
+        let opts = SolveOptions { tables, ..Default::default() };
+        solve_local(Arc::new(board.clone()), &opts, &AtomicBool::new(false), &NoProgress).unwrap()
+    };
+    let grown = solve(TableSource::Build(KChoice::Auto));
+    assert_eq!((grown.status, grown.pushes), (Status::Solved, Some(97)), "{grown:?}");
+    // the level's search kept the small tables; the pass grew them
+    assert_eq!(grown.small_tables_states, 0, "{grown:?}");
+    assert!(grown.kpg > 2, "{grown:?}");
+    assert_eq!(grown.moves_note, None);
+    let first = solve(TableSource::Build(KChoice::UpTo(grown.kpg)));
+    assert_eq!(
+        (grown.moves, grown.objective, grown.optimal_states),
+        (first.moves, first.objective, first.optimal_states)
+    );
+    // the pass's states count its search with the small tables too
+    assert!(grown.moves_states > first.moves_states, "{} {}", grown.moves_states, first.moves_states);
 }

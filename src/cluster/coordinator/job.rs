@@ -5,7 +5,7 @@
 use super::super::proto::*;
 use super::super::ClusterError;
 use super::backend::{ClusterBackend, Phase};
-use super::tables::{tables_for, tables_path};
+use super::tables::{tables_for, tables_path, JobTables};
 use super::{Kind, Shared, State};
 use crate::engine::driver::{
     probe_cap, solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource, PROBE_AFTER,
@@ -155,7 +155,7 @@ impl Deployment for ClusterDeployment<'_> {
             .sh
             .record(self.id)
             .is_some_and(|r| r.kind == Kind::Deadlocks || (!r.options.no_bound && !r.options.no_pair_penalties));
-        let Some((bytes, secs, reused)) =
+        let Some(JobTables { bytes, stats, seconds: secs, reused }) =
             tables_for(&self.sh, self.id, &self.rt, board, choice, pairs, self.stop).map_err(engine_error)?
         else {
             return Ok(None);
@@ -165,7 +165,7 @@ impl Deployment for ClusterDeployment<'_> {
         }
         let path = tables_path(&self.sh, self.id);
         let file = kdb::decode(&path, &bytes)?;
-        Ok(Some((kdb::bind(&path, file, board.clone())?, Vec::new())))
+        Ok(Some((kdb::bind(&path, file, board.clone())?, stats)))
     }
 
     fn tape(&mut self) -> Box<dyn Tape> {
@@ -218,6 +218,17 @@ impl Deployment for ClusterDeployment<'_> {
             ClusterBackend::<K>::new(self.sh.clone(), self.id, self.rt.clone(), self.stop, phase, &problem.space)
                 .map_err(engine_error)?;
         search(&mut backend)
+    }
+
+    fn restart_iteration(&mut self) -> Result<(), EngineError> {
+        // the workers keep none of its layers: the next search of the same
+        // bound starts afresh, as a new iteration does
+        self.sh
+            .update(self.id, true, |r| {
+                r.layers = [Vec::new(), Vec::new()];
+                r.meeting = None;
+            })
+            .map_err(engine_error)
     }
 
     fn resumed(&self) -> Option<Resumed> {

@@ -243,6 +243,7 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
         reason: r.reason.clone(),
         kpg_seconds: r.kpg_seconds,
         kpg: r.kpg as u32,
+        small_tables_states: r.small_tables_states,
         objective: r.objective.map(|o| o.name().to_string()).unwrap_or_default(),
         moves_seconds: r.moves_seconds,
         moves_states: r.moves_states,

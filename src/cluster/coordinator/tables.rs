@@ -6,7 +6,7 @@ use super::super::ClusterError;
 use super::backend::{ClusterBackend, Phase};
 use super::job::{cluster_error, engine_error};
 use super::Shared;
-use crate::engine::kpg::{build_tables_with, DeadlockTables, KChoice, KStats};
+use crate::engine::kpg::{build_tables_with, predicted_auto_states, DeadlockTables, KChoice, KStats, MAX_K};
 use crate::engine::search::{exhaust, Limits, NoProgress, SearchEnd};
 use crate::engine::{Problem, Side};
 use crate::model::board::Board;
@@ -29,9 +29,31 @@ pub fn read_kpg_stats(sh: &Shared, id: u64) -> Result<Option<Vec<KStats>>, Clust
     super::super::persist::read(&tables_path(sh, id).with_extension("stats"), STATS_MAGIC, 1)
 }
 
-/// The job's k-PG tables as a .kdb database: the saved one after a coordinator
-/// restart, or built now by playing every k-game on the cluster (the same
-/// `exhaust` loop, over the workers). `None` when stopped part way.
+/// Whether tables whose build made `stats` are what `choice` builds on a
+/// level of `boxes` boxes: as many k as asked, or as many as the automatic
+/// choice plays (it would predict no further game). A job's small tables
+/// (k = 1 and 2, `engine::driver::SMALL_K`) are so never taken for the
+/// larger ones it grows into.
+fn built_as(choice: KChoice, stats: &[KStats], boxes: usize) -> bool {
+    match choice {
+        KChoice::UpTo(k) => stats.len() == k.min(boxes).min(MAX_K),
+        KChoice::Auto => predicted_auto_states(stats, boxes) == 0,
+    }
+}
+
+/// A job's k-PG tables: the .kdb database, the statistics of its build, the
+/// seconds the job's builds took and whether these were read back.
+pub(super) struct JobTables {
+    pub bytes: Vec<u8>,
+    pub stats: Vec<KStats>,
+    pub seconds: f64,
+    pub reused: bool,
+}
+
+/// The job's k-PG tables as a .kdb database and the statistics of their
+/// build: the saved ones after a coordinator restart if they are what
+/// `choice` builds, or built now by playing every k-game on the cluster (the
+/// same `exhaust` loop, over the workers). `None` when stopped part way.
 pub(super) fn tables_for(
     sh: &Arc<Shared>,
     id: u64,
@@ -40,14 +62,16 @@ pub(super) fn tables_for(
     choice: KChoice,
     pairs: bool,
     stop: &AtomicBool,
-) -> Result<Option<(Vec<u8>, f64, bool)>, ClusterError> {
+) -> Result<Option<JobTables>, ClusterError> {
     let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
     let path = tables_path(sh, id);
     if let Ok(bytes) = std::fs::read(&path) {
         if let Ok(f) = kdb::decode(&path, &bytes) {
-            if f.fingerprint == board.fingerprint() {
+            let stats = read_kpg_stats(sh, id).ok().flatten();
+            let same = |s: &Vec<KStats>| f.fingerprint == board.fingerprint() && built_as(choice, s, board.box_count());
+            if let Some(stats) = stats.filter(same) {
                 tracing::info!(job = id, "k-pg tables reused from the data dir");
-                return Ok(Some((bytes, rec.kpg_seconds, true)));
+                return Ok(Some(JobTables { bytes, stats, seconds: rec.kpg_seconds, reused: true }));
             }
         }
     }
@@ -83,7 +107,8 @@ pub(super) fn tables_for(
     let tmp = path.with_extension("kdb.tmp");
     std::fs::write(&tmp, &bytes).map_err(|e| ClusterError::io(format!("writing {}", tmp.display()), e))?;
     std::fs::rename(&tmp, &path).map_err(|e| ClusterError::io(format!("writing {}", path.display()), e))?;
-    sh.update(id, true, |r| r.kpg_seconds = secs)?;
+    // a job that grows its tables builds twice: both count
+    sh.update(id, true, |r| r.kpg_seconds += secs)?;
     tracing::info!(
         job = id,
         k = tables.max_k(),
@@ -91,5 +116,5 @@ pub(super) fn tables_for(
         seconds = secs,
         "k-pg tables built on the cluster"
     );
-    Ok(Some((bytes, secs, false)))
+    Ok(Some(JobTables { bytes, stats, seconds: secs, reused: false }))
 }
