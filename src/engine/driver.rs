@@ -523,8 +523,14 @@ fn search<K: StateKey, D: Deployment>(
                     // the moves pass's search may outgrow the small tables too
                     let trial = given.grow.as_ref().map(|g| g.trial);
                     if moves_search::<K, D>(deployment, &moves, &given, trial, cancel, progress, report) {
-                        given.grow(deployment, board, Pass::Moves, cancel, report)?;
-                        moves_search::<K, D>(deployment, &moves, &given, None, cancel, progress, report);
+                        // a build stopped or failed here ends the pass, not the
+                        // solve: the push-optimal solution stands
+                        match given.grow(deployment, board, Pass::Moves, cancel, report) {
+                            Ok(()) => {
+                                moves_search::<K, D>(deployment, &moves, &given, None, cancel, progress, report);
+                            }
+                            Err(e) => moves_pass_end(report, Err(e)),
+                        }
                     }
                     // a table build between its two tries is the tables' time
                     report.moves_seconds = t0.elapsed().as_secs_f64() - (report.kpg_seconds - tables_before);

@@ -407,3 +407,37 @@ fn the_moves_pass_grows_the_tables_when_its_search_outgrows_them() {
     // the pass's states count its search with the small tables too
     assert!(grown.moves_states > first.moves_states, "{} {}", grown.moves_states, first.moves_states);
 }
+
+/// Regression: a stop (time limit, Ctrl-C) while the moves pass grew its
+/// tables ended the whole solve as a timeout, dropping the push-optimal
+/// solution already found. It ends the pass only.
+#[test]
+fn a_stop_while_the_moves_pass_grows_its_tables_keeps_the_push_optimal_solution() {
+    use sokoshard::engine::driver::Observers;
+    use sokoshard::engine::kpg::{KChoice, KpgProgress};
+    use sokoshard::engine::search::Progress;
+    use sokoshard::solve::{solve_local_observed, Objective};
+    use std::sync::atomic::Ordering;
+    /// Raises the stop as the first of the larger tables starts.
+    struct StopAtK3<'a>(&'a AtomicBool);
+    impl Progress for StopAtK3<'_> {}
+    impl KpgProgress for StopAtK3<'_> {
+        fn k_started(&self, k: usize) {
+            if k == 3 {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+    let text = std::fs::read_to_string(repo("levels/XSokoban_90.xsb")).unwrap();
+    let level = split_collection(&text, "XSokoban_90.xsb")[0].parse().unwrap();
+    let board = Board::new(&level).unwrap();
+    let cancel = AtomicBool::new(false);
+    let tables = StopAtK3(&cancel);
+    let opts = SolveOptions { tables: TableSource::Build(KChoice::Auto), ..Default::default() };
+    let observers = Observers { tables: &tables, search: &NoProgress };
+    let r = solve_local_observed(Arc::new(board), &opts, &cancel, &observers).unwrap();
+    // (the level's search fits the small tables: see the test above)
+    assert_eq!((r.status, r.pushes, r.objective), (Status::Solved, Some(97), Some(Objective::Pushes)), "{r:?}");
+    assert!(r.moves_note.as_deref().is_some_and(|n| n.contains("stopped")), "{r:?}");
+    assert!(verify(&level, r.solution.as_deref().unwrap()).valid);
+}
