@@ -2,6 +2,7 @@
 //! (the same for `solve` and `submit`), and the summary table after several.
 
 use serde::Serialize;
+use sokoshard::engine::report::IterationSearch;
 use sokoshard::solve::{Objective, SolveReport, Status};
 use sokoshard::sys::{human_bytes, peak_rss_bytes};
 use std::io::IsTerminal;
@@ -96,7 +97,8 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                     .iter()
                     .map(|it| {
                         let u = it.bound.map_or("none".to_string(), |u| u.to_string());
-                        format!("{u} ({} states, {:.2} s)", it.states, it.seconds)
+                        let cut = if it.search == IterationSearch::Outgrown { ", small tables outgrown" } else { "" };
+                        format!("{u} ({} states, {:.2} s{cut})", it.states, it.seconds)
                     })
                     .collect();
                 let _ = writeln!(out, "  bounds: {}", steps.join(", "));

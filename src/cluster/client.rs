@@ -128,7 +128,11 @@ fn report_of(r: &SolveResult) -> SolveReport {
                 generated: i.generated,
                 pruned: i.pruned,
                 seconds: i.seconds,
-                search: if i.probe { IterationSearch::Probe } else { IterationSearch::Layers },
+                search: match (i.outgrown, i.probe) {
+                    (true, _) => IterationSearch::Outgrown,
+                    (_, true) => IterationSearch::Probe,
+                    _ => IterationSearch::Layers,
+                },
                 probe_states: i.probe_states,
                 probe_generated: i.probe_generated,
             })

@@ -507,8 +507,8 @@ fn search<K: StateKey, D: Deployment>(
             // the search outgrew the small tables: the same iteration again
             // with the larger ones (those before it stay proven)
             (tried, last_stored) = (tried_before, last_before);
-            if lower.is_some() {
-                report.iterations.pop();
+            if let Some(cut) = report.iterations.last_mut().filter(|_| lower.is_some()) {
+                cut.search = IterationSearch::Outgrown;
             }
             report.small_tables_states = totals.stored;
             deployment.restart_iteration()?;

@@ -85,13 +85,15 @@ pub struct BoundIteration {
 }
 
 /// What decided a bound iteration: the layered search from both sides, or a
-/// probe (`probe.rs`).
+/// probe (`probe.rs`); or nothing, the search having outgrown the small k-PG
+/// tables in it (the same bound follows, searched with the larger ones).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum IterationSearch {
     #[default]
     Layers,
     Probe,
+    Outgrown,
 }
 
 /// What a solution is optimal for.

@@ -375,6 +375,14 @@ fn larger_tables_wait_until_the_search_outgrows_the_small_ones() {
     assert_eq!((grown.pushes, grown.moves, grown.objective), (first.pushes, first.moves, first.objective));
     assert_eq!(grown.pushes, Some(36));
     assert_eq!(last(&grown), last(&first));
+    // the iteration the small tables were outgrown in is marked, its bound
+    // searched again next, and the iterations account for every state
+    use sokoshard::engine::report::IterationSearch;
+    let cut: Vec<usize> =
+        (0..grown.iterations.len()).filter(|&i| grown.iterations[i].search == IterationSearch::Outgrown).collect();
+    assert_eq!(cut.len(), 1, "{:?}", grown.iterations);
+    assert_eq!(grown.iterations[cut[0]].bound, grown.iterations[cut[0] + 1].bound);
+    assert_eq!(grown.iterations.iter().map(|i| i.states).sum::<u64>(), grown.states);
     // the larger tables cost their time once, counted in the tables' seconds
     assert!(grown.kpg_seconds > 0.0 && grown.kpg_seconds < grown.seconds);
 }

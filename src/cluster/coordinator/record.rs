@@ -263,6 +263,7 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
                 pruned: i.pruned,
                 seconds: i.seconds,
                 probe: i.search == IterationSearch::Probe,
+                outgrown: i.search == IterationSearch::Outgrown,
                 probe_states: i.probe_states,
                 probe_generated: i.probe_generated,
             })
