@@ -70,14 +70,21 @@ pub const AUTO_STATES: u64 = 500_000;
 /// played only within [`AUTO_STATES`]. Counts, not times, so the choice is the
 /// same on every machine and every deployment.
 pub fn next_k_pays(done: &[KStats]) -> bool {
-    let states = |s: &KStats| (s.forward_states + s.backward_states).max(1);
     match done {
         [] | [_] => true,
-        [.., prev, last] => {
-            let predicted = states(last) as u128 * states(last) as u128 / states(prev) as u128;
-            predicted <= AUTO_STATES as u128
-        }
+        [.., prev, last] => next_game_states(game_states(prev), game_states(last)) <= AUTO_STATES,
     }
+}
+
+/// A played game's states, both sides (at least one, a ratio's divisor).
+fn game_states(s: &KStats) -> u64 {
+    (s.forward_states + s.backward_states).max(1)
+}
+
+/// The next game's predicted states after games of `prev` and `last`:
+/// `last` times the growth from `prev` to `last`.
+fn next_game_states(prev: u64, last: u64) -> u64 {
+    (last as u128 * last as u128 / prev.max(1) as u128).min(u64::MAX as u128) as u64
 }
 
 /// The k-game states the automatic choice is predicted to play after `done`
@@ -85,11 +92,11 @@ pub fn next_k_pays(done: &[KStats]) -> bool {
 /// next game predicted as [`next_k_pays`] predicts it, while that is within
 /// [`AUTO_STATES`] and k stays within [`MAX_K`] and the box count.
 pub fn predicted_auto_states(done: &[KStats], boxes: usize) -> u64 {
-    let mut counts: Vec<u64> = done.iter().map(|s| (s.forward_states + s.backward_states).max(1)).collect();
+    let mut counts: Vec<u64> = done.iter().map(game_states).collect();
     let mut total = 0u64;
     while counts.len() < MAX_K.min(boxes) {
         let [.., prev, last] = counts[..] else { break };
-        let predicted = (last as u128 * last as u128 / prev as u128).min(u64::MAX as u128) as u64;
+        let predicted = next_game_states(prev, last);
         if predicted > AUTO_STATES {
             break;
         }
