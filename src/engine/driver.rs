@@ -409,6 +409,9 @@ fn search<K: StateKey, D: Deployment>(
     let mut last_stored = 0u64;
     // the one iteration at the floor after a weak bound has been given
     let mut tried = false;
+    // the probe's share of the next iteration at the floor: it may store
+    // 1/divisor as many states as the layers (see `Probes`)
+    let mut divisor = 1u64;
     loop {
         let t0 = Instant::now();
         let (tried_before, last_before) = (tried, last_stored);
@@ -423,7 +426,7 @@ fn search<K: StateKey, D: Deployment>(
         let mut met = 0;
         // probes only where no solution can be shorter than the bound
         let probing = limit.is_some() && limit == floor;
-        let mut probes = Probes::new(spec, probing, max_states);
+        let mut probes = Probes::new(spec, probing, max_states, divisor);
         // layers without move pruning serve the moves pass as they are
         let reuse = spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals;
         let mut tape = reuse.then(|| deployment.tape());
@@ -540,6 +543,9 @@ fn search<K: StateKey, D: Deployment>(
             Some(SearchEnd::Beyond { .. }) if spec.bound == BoundSpec::Iterate => {
                 floor = limit.map(|l| l + 2);
                 limit = next_limit;
+                if probes.ran() {
+                    divisor = next_divisor(divisor, probes.decided);
+                }
             }
             Some(other) => {
                 report.record_unmet(&other);
@@ -558,14 +564,17 @@ fn search<K: StateKey, D: Deployment>(
 /// between the layered search's steps: once the layers hold
 /// [`PROBE_AFTER`] states (an iteration smaller than that is over before a
 /// probe could pay), and then after every step, each part going on until
-/// the probe stores as many states as the layers do, up to the spec's cap.
+/// the probe stores as many states as the layers do (over `divisor`, see
+/// [`next_divisor`]), up to the spec's cap.
 /// The two searches so share the work about evenly whichever decides: the
 /// probe usually decides an iteration at the optimum (where the layers store
 /// every state with `d + h` equal to it, the probe a line of them), the
-/// layers one whose bound is too small (two frontiers exhaust it sooner
-/// than one).
+/// layers often one whose bound is too small (two frontiers exhaust it
+/// sooner than one), but on some levels the probe exhausts those first too.
 struct Probes<K> {
     allowed: bool,
+    /// The probe stores at most the layers' states over this.
+    divisor: u64,
     /// Layered states before the first part.
     after: u64,
     /// The probe, once started.
@@ -579,10 +588,16 @@ struct Probes<K> {
 }
 
 impl<K: StateKey> Probes<K> {
-    fn new(spec: &SolveSpec, allowed: bool, max_states: Option<u64>) -> Probes<K> {
+    fn new(spec: &SolveSpec, allowed: bool, max_states: Option<u64>, divisor: u64) -> Probes<K> {
         let cap = spec.probe_states.min(max_states.unwrap_or(u64::MAX));
         let after = spec.probe_after;
-        Probes { allowed: allowed && cap > 0, after, probe: None, cap, stats: SearchStats::default(), decided: false }
+        let stats = SearchStats::default();
+        Probes { allowed: allowed && cap > 0, divisor, after, probe: None, cap, stats, decided: false }
+    }
+
+    /// Whether the probe ran in this iteration.
+    fn ran(&self) -> bool {
+        self.stats.expanded > 0
     }
 
     /// Runs the probe on while it stores fewer states than the layers: `Some`
@@ -602,7 +617,7 @@ impl<K: StateKey> Probes<K> {
             Some(p) => p,
             None => self.probe.insert(Probe::new(problem, starts)?),
         };
-        let end = probe.run(problem, layers.stored.min(self.cap), cancel, progress)?;
+        let end = probe.run(problem, (layers.stored / self.divisor).min(self.cap), cancel, progress)?;
         let stats = probe_as_search(&probe.stats());
         self.stats = stats;
         if matches!(end, ProbeEnd::Found(_) | ProbeEnd::Exhausted) {
@@ -903,6 +918,27 @@ fn next_bound(limit: u32, stats: &SearchStats, last: u64) -> u32 {
         step += 2;
     }
     limit.saturating_add(step as u32)
+}
+
+/// The smallest share of the probe: a quarter of the layers' states.
+pub const PROBE_DIVISOR_MAX: u64 = 4;
+
+/// The probe's share in the next iteration at the floor, after one where
+/// it ran: where the layers decided (the probe's states were work for
+/// nothing) it halves, down to a quarter; where the probe decided, it is
+/// whole again. A probe state costs two to three times a layered one (its
+/// expansions are exact and scale poorly to two threads, its merge runs on
+/// one), and a level tends to keep the winner from one iteration to the
+/// next: on Microban II #104 the layers decide 74 to 80, on #130 and on
+/// XSokoban #34 the probe decides every iteration, exhausting the ones below
+/// the optimum before the layers do (`docs/benchmarks.md`, eleventh session).
+/// Counts decide it, so every deployment and thread count shares alike.
+fn next_divisor(divisor: u64, probe_decided: bool) -> u64 {
+    if probe_decided {
+        1
+    } else {
+        (divisor * 2).min(PROBE_DIVISOR_MAX)
+    }
 }
 
 /// Layered states an iteration stores before its probe starts: an

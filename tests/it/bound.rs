@@ -495,3 +495,27 @@ fn a_failed_try_at_the_floor_hands_over_to_the_plain_search() {
     let want = [(Some(119), "layers".to_string()), (Some(121), "layers".to_string()), (None, "layers".to_string())];
     assert_eq!(its[its.len() - 3..], want, "{v}");
 }
+
+/// Regression: the probe stored as many states as the layers in every
+/// iteration at the floor, also where the layers had decided the one before
+/// (its states work for nothing): on Microban II the probe's share was a
+/// third of the sweep's time (#104 timed out at 30 s, 12.9 s without the
+/// probe). Microban I #93 (34 pushes): the layers decide 32 with the probe at
+/// its whole share, so at 34 it may store half as many as the layers (plus
+/// the successors of one batch, the most a part overshoots).
+#[test]
+fn a_probe_the_layers_beat_gets_half_the_share_in_the_next_iteration() {
+    let (v, its) = searches("93", 34);
+    assert_eq!(its[its.len() - 2..], [(Some(32), "layers".to_string()), (Some(34), "layers".to_string())], "{v}");
+    let all = v["iterations"].as_array().unwrap();
+    let probe_and_layers = |bound: u64| {
+        let i = all.iter().rev().find(|i| i["bound"] == bound && i["search"] != "outgrown").unwrap();
+        let probe = i["probe_states"].as_u64().unwrap();
+        (probe, i["states"].as_u64().unwrap() - probe)
+    };
+    let batch = 64 * 4 * 8; // a batch's 64 states times the most pushes of one (8 boxes)
+    let (probe, layers) = probe_and_layers(32);
+    assert!(probe * 2 > layers && probe <= layers + batch, "32: probe {probe}, layers {layers}");
+    let (probe, layers) = probe_and_layers(34);
+    assert!(probe > 0 && probe <= layers / 2 + batch, "34: probe {probe}, layers {layers}");
+}
