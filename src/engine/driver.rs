@@ -982,3 +982,19 @@ pub fn seeds<K: StateKey>(problem: &Problem<K>) -> (Vec<K>, Vec<K>) {
         goal_states(board, &mut sc, &board.goals).into_iter().map(|p| problem.encode(&board.goals, p)).collect();
     (starts, goals)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_share_halves_after_the_layers_win_and_is_whole_after_the_probe_wins() {
+        let mut d = 1;
+        let mut seen = Vec::new();
+        for probe_decided in [false, false, false, true, false] {
+            d = next_divisor(d, probe_decided);
+            seen.push(d);
+        }
+        assert_eq!(seen, [2, 4, PROBE_DIVISOR_MAX, 1, 2]);
+    }
+}
