@@ -467,7 +467,7 @@ fn search<K: StateKey, D: Deployment>(
                         // few states: the rest is the plain search, after one
                         // iteration at the floor, where the probe runs (see `weak`)
                         Some(_) if tried => None,
-                        Some(l) if weak(decider) => {
+                        Some(l) if weak(decider, totals.stored) => {
                             tried = true;
                             Some(l + 2)
                         }
@@ -841,7 +841,17 @@ fn moves_pass_end(report: &mut SolveReport, result: Result<(), EngineError>) {
 const SMALL_ITERATION: u64 = 1 << 20;
 
 /// Did the bound drop too little of an iteration to pay for itself? Under
-/// 15% of the successors of an iteration of 10^4 states or more.
+/// 15% of the successors of an iteration of 10^4 states or more, or under 5%
+/// of a smaller one's once the iterations so far (`stored`, all of them with
+/// their probes) add up to 10^4 states.
+///
+/// A small iteration's share is noisy (XSokoban #43, 146 pushes, drops 12%
+/// at 142 in 9,552 states, then 28% at 144 in 2.9 million, where the plain
+/// search stores over 100 million), so alone it never decides; but a bound
+/// that keeps dropping almost nothing costs an iteration per step for
+/// nothing: on Microban II #135 (591 pushes, start bound 1) the iterations
+/// of up to 600 states drop one successor each, and the smallest steps took
+/// 264 of them and 70,679 states where the plain search stores 593.
 ///
 /// A weak iteration is followed by one more, at the floor (two above it),
 /// and then by the plain search. At the floor the probe runs beside the
@@ -855,10 +865,15 @@ const SMALL_ITERATION: u64 = 1 << 20;
 /// share): on Microban II #126 (104 pushes) the plain search takes 10.5 s
 /// after the failed try at 100 took 14.8 s. Measured over both Microban
 /// collections in `docs/benchmarks.md`.
-fn weak(stats: &SearchStats) -> bool {
+fn weak(stats: &SearchStats, stored: u64) -> bool {
     let pruned = stats.bound_pruned();
-    stats.stored >= 10_000 && pruned * 100 < 15 * (pruned + stats.generated)
+    let share_under = |percent: u64| pruned * 100 < percent * (pruned + stats.generated);
+    (stats.stored >= WEAK_SIZE && share_under(15)) || (stored >= WEAK_SIZE && share_under(5))
 }
+
+/// The states an iteration, or the iterations so far, must store before
+/// [`weak`] judges them.
+const WEAK_SIZE: u64 = 10_000;
 
 /// Sums a finished iteration's counters into the solve's.
 fn add(totals: &mut SearchStats, s: &SearchStats) {
@@ -996,5 +1011,24 @@ mod tests {
             seen.push(d);
         }
         assert_eq!(seen, [2, 4, PROBE_DIVISOR_MAX, 1, 2]);
+    }
+
+    /// An iteration's counts: stored states, kept and dropped successors.
+    fn iteration(stored: u64, generated: u64, pruned: u64) -> SearchStats {
+        let mut s = SearchStats { stored, generated, ..SearchStats::default() };
+        s.excess[0] = pruned;
+        s
+    }
+
+    #[test]
+    fn a_small_iteration_is_weak_only_when_it_drops_almost_nothing_after_enough_states() {
+        // large: under 15% is weak, whatever came before
+        assert!(weak(&iteration(20_000, 90_000, 10_000), 20_000));
+        assert!(!weak(&iteration(20_000, 80_000, 20_000), 20_000));
+        // small (XSokoban #43 at 142): 12% is noise, even after enough states
+        assert!(!weak(&iteration(9_552, 25_839, 3_474), 18_952));
+        // small (Microban II #135): almost nothing dropped, enough states so far
+        assert!(weak(&iteration(190, 190, 1), WEAK_SIZE));
+        assert!(!weak(&iteration(190, 190, 1), WEAK_SIZE - 1));
     }
 }

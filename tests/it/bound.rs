@@ -519,3 +519,20 @@ fn a_probe_the_layers_beat_gets_half_the_share_in_the_next_iteration() {
     let (probe, layers) = probe_and_layers(34);
     assert!(probe > 0 && probe <= layers / 2 + batch, "34: probe {probe}, layers {layers}");
 }
+
+/// Regression: iterations too small to judge one by one were always
+/// followed by the smallest step, so a bound that drops almost nothing was
+/// never handed over: Microban II #135 (591 pushes) has start bound 1 and
+/// drops one successor per iteration, and took 264 iterations and 70,679
+/// states, where the plain search stores 593. Once the iterations add up,
+/// a small one that drops under 5% hands over as a large weak one does.
+#[test]
+fn small_iterations_that_drop_almost_nothing_hand_over_to_the_plain_search() {
+    let file = repo("levels/Microban_II_135.xsb");
+    let (code, v) = cli(&["solve", file.to_str().unwrap(), "--level", "135", "--objective", "pushes", "--json"]);
+    assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(591)), "{v}");
+    let its = v["iterations"].as_array().unwrap();
+    assert_eq!(its.last().unwrap()["bound"], serde_json::Value::Null, "{v}");
+    assert!(its.len() < 150, "{} iterations", its.len());
+    assert!(v["states"].as_u64().unwrap() < 20_000, "{v}");
+}
