@@ -11,8 +11,7 @@ use super::path::rebuild;
 use super::probe::{Probe, ProbeEnd, ProbeStats};
 use super::report::{BoundIteration, IterationSearch, SolveReport, Status};
 use super::search::{
-    bidirectional, bidirectional_with, Beside, LayerBackend, LayerEvent, Limits, ProbeEvent, Progress, SearchEnd,
-    SearchStats,
+    bidirectional, bidirectional_with, LayerBackend, LayerEvent, Limits, ProbeEvent, Progress, SearchEnd, SearchStats,
 };
 use super::{Bound, EngineError, LowerBound, PatternCheck, Problem, Side};
 use crate::model::board::Board;
@@ -437,9 +436,9 @@ fn search<K: StateKey, D: Deployment>(
                 Some(end) => end,
                 None => {
                     let (starts, goals) = seeds(&problem);
-                    let mut beside = |layers: &SearchStats| probes.beside(&problem, &starts, layers, cancel, progress);
-                    let beside = probing.then_some(&mut beside as &mut Beside<'_, K>);
-                    let (found, stats) = bidirectional_with(backend, &starts, &goals, &limits, progress, beside)?;
+                    let mut between =
+                        |layers: &SearchStats| probes.between(&problem, &starts, layers, cancel, progress);
+                    let (found, stats) = bidirectional_with(backend, &starts, &goals, &limits, progress, &mut between)?;
                     add(&mut totals, &stats);
                     add_probe(&mut totals, &probes.stats, stats.peak_memory_bytes);
                     // the search that decided the iteration says how the next one steps
@@ -562,11 +561,11 @@ fn search<K: StateKey, D: Deployment>(
 }
 
 /// The probe of one bound iteration (`probe.rs`), run in parts
-/// beside the layered search's steps: once the layers hold
+/// between the layered search's steps: once the layers hold
 /// [`PROBE_AFTER`] states (an iteration smaller than that is over before a
-/// probe could pay), and then beside every step, each part going on until
-/// the probe stores as many states as the layers did before the step (over
-/// `divisor`, see [`next_divisor`]), up to the spec's cap.
+/// probe could pay), and then after every step, each part going on until
+/// the probe stores as many states as the layers do (over `divisor`, see
+/// [`next_divisor`]), up to the spec's cap.
 /// The two searches so share the work about evenly whichever decides: the
 /// probe usually decides an iteration at the optimum (where the layers store
 /// every state with `d + h` equal to it, the probe a line of them), the
@@ -601,10 +600,9 @@ impl<K: StateKey> Probes<K> {
         self.stats.expanded > 0
     }
 
-    /// Runs the probe on while it stores fewer states than the layers did
-    /// before the step that runs beside it: `Some` when it decided the
-    /// iteration.
-    fn beside(
+    /// Runs the probe on while it stores fewer states than the layers: `Some`
+    /// when it decided the iteration.
+    fn between(
         &mut self,
         problem: &Problem<K>,
         starts: &[K],

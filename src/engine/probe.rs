@@ -32,26 +32,24 @@
 //! - **budget** or **cancelled**: stopped, nothing proven.
 //!
 //! The driver asks it only for a bound that is at most the optimum, so that
-//! a found solution is an optimal one; the answer does not depend on how a
-//! run is cut into parts ([`Probe::run`] goes on where the last part
-//! stopped). It runs on one thread, beside the layered search's steps,
-//! which have the rayon pool (`search::bidirectional_with`): its batches are
-//! small and each is merged on one thread, so spread over the pool its
-//! expansions ran 1.1 times faster on two threads than on one and the
-//! layers waited meanwhile (`docs/benchmarks.md`, twelfth session).
+//! a found solution is an optimal one; the answer does not depend on the
+//! number of threads (the batches are fixed in size and merged in order),
+//! nor on how a run is cut into parts ([`Probe::run`] goes on where the last
+//! part stopped).
 
 use super::search::{NoProgress, ProbeEvent, Progress};
 use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
 use crate::model::rules::{BoxMove, Scratch};
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-/// States expanded together before their successors are merged (which
-/// fixes the order of the search, and so the solution found).
+/// States expanded together, on every thread; fixed, so that the order of
+/// the search (and the solution found) does not depend on the thread count.
 const BATCH: usize = 64;
 
 /// No parent: a start state.
@@ -150,9 +148,8 @@ pub struct Probe<K> {
     nodes: Vec<Node<K>>,
     index: FxHashMap<K, u32>,
     open: Open,
-    scratch: Scratch,
-    excess: Excess,
-    out: Vec<Found<K>>,
+    scratch: Vec<(Scratch, Excess)>,
+    outs: Vec<Vec<Found<K>>>,
     stats: ProbeStats,
     /// Set once found or exhausted: every later run answers the same.
     over: Option<ProbeEnd>,
@@ -169,13 +166,13 @@ impl<K: StateKey> Probe<K> {
             return Err(EngineError::Internal("the probe needs a bounded problem".into()));
         };
         let board = &problem.board;
+        let threads = rayon::current_num_threads().max(1);
         let mut p = Probe {
             nodes: Vec::new(),
             index: FxHashMap::default(),
             open: Open { queue: BTreeMap::new(), depth: 0 },
-            scratch: Scratch::new(board),
-            excess: [0; EXCESS_BINS],
-            out: Vec::new(),
+            scratch: (0..threads).map(|_| (Scratch::new(board), [0; EXCESS_BINS])).collect(),
+            outs: (0..threads).map(|_| Vec::new()).collect(),
             stats: ProbeStats::default(),
             over: None,
             started: Instant::now(),
@@ -253,13 +250,18 @@ impl<K: StateKey> Probe<K> {
                 break ProbeEnd::Exhausted;
             }
             self.stats.expanded += batch.len() as u64;
-            let (sc, excess, out) = (&mut self.scratch, &mut self.excess, &mut self.out);
-            for &(node, depth, parent_f, key) in &batch {
-                problem.expand_scored(Side::Forward, &key, sc, depth + 1, excess, |key, push, h| {
-                    out.push(Found { key, push, h, parent: node, parent_f })
-                });
-            }
-            // merged in batch order
+            let per = batch.len().div_ceil(self.scratch.len());
+            batch.par_chunks(per).zip(self.scratch.par_iter_mut()).zip(self.outs.par_iter_mut()).for_each(
+                |((chunk, (sc, excess)), out)| {
+                    out.clear();
+                    for &(node, depth, parent_f, key) in chunk {
+                        problem.expand_scored(Side::Forward, &key, sc, depth + 1, excess, |key, push, h| {
+                            out.push(Found { key, push, h, parent: node, parent_f })
+                        });
+                    }
+                },
+            );
+            // merged in batch order: the same order whatever the thread count
             if let Some(pushes) = self.merge() {
                 break ProbeEnd::Found(pushes);
             }
@@ -272,7 +274,7 @@ impl<K: StateKey> Probe<K> {
     /// path to a goal if one was among them.
     fn merge(&mut self) -> Option<Vec<BoxMove>> {
         let (nodes, index, open, stats) = (&mut self.nodes, &mut self.index, &mut self.open, &mut self.stats);
-        for found in self.out.drain(..) {
+        for found in self.outs.iter_mut().flat_map(|o| o.drain(..)) {
             stats.generated += 1;
             let depth = nodes[found.parent as usize].depth + 1;
             if found.h == 0 {
@@ -315,7 +317,9 @@ impl<K: StateKey> Probe<K> {
     pub fn stats(&self) -> ProbeStats {
         let mut stats = self.stats;
         stats.stored = self.nodes.len() as u64;
-        stats.excess = self.excess;
+        for (_, excess) in &self.scratch {
+            stats.excess.iter_mut().zip(excess).for_each(|(a, b)| *a += b);
+        }
         let node = std::mem::size_of::<Node<K>>() as u64;
         let slot = (std::mem::size_of::<K>() + std::mem::size_of::<u32>() + 1) as u64;
         stats.memory_bytes = self.nodes.capacity() as u64 * node + self.index.capacity() as u64 * slot;

@@ -127,7 +127,7 @@ pub enum SearchEnd<K> {
     Limit,
     /// Bounded search: no solution has at most `bound` pushes.
     Beyond { bound: u32 },
-    /// A solution found beside the steps by another search (the
+    /// A solution found between two steps by another search (the
     /// probe), as pushes from the start; optimal, since it was asked for only
     /// where no solution can be shorter.
     Solved { pushes: Vec<BoxMove> },
@@ -363,30 +363,22 @@ pub fn bidirectional<K: StateKey>(
     limits: &Limits<'_>,
     progress: &dyn Progress,
 ) -> Result<(SearchEnd<K>, SearchStats), EngineError> {
-    bidirectional_with(backend, starts, goals, limits, progress, None)
+    bidirectional_with(backend, starts, goals, limits, progress, &mut |_| Ok(None))
 }
 
-/// What runs beside each step of a search: given the counters before the
-/// step, it may end the search with its own answer (the driver's probes).
-pub type Beside<'a, K> = dyn FnMut(&SearchStats) -> Result<Option<SearchEnd<K>>, EngineError> + Send + 'a;
+/// What runs between two steps of a search: given the counters so far, it
+/// may end the search with its own answer (the driver's probes).
+pub type Between<'a, K> = dyn FnMut(&SearchStats) -> Result<Option<SearchEnd<K>>, EngineError> + 'a;
 
-/// [`bidirectional`] with `beside` run on a thread of its own during every
-/// step, given the counters from before the step; where it answers, its
-/// answer is the search's, whatever the step found (so the answer does not
-/// depend on which of the two finished first).
-///
-/// The two share the rayon pool: the step's expansion and `beside`'s batches
-/// (the probe's) are stolen by the same workers, and the one-thread parts of
-/// each (the probe's merge, the step's exchange) run while the other's work
-/// fills the cores. Run one after the other, the probe's expansions scaled
-/// 1.1 times on two threads (`docs/benchmarks.md`, eleventh session).
+/// [`bidirectional`] that asks `between` before every step whether the
+/// search is already decided.
 pub fn bidirectional_with<K: StateKey>(
     backend: &mut dyn LayerBackend<K>,
     starts: &[K],
     goals: &[K],
     limits: &Limits<'_>,
     progress: &dyn Progress,
-    mut beside: Option<&mut Beside<'_, K>>,
+    between: &mut Between<'_, K>,
 ) -> Result<(SearchEnd<K>, SearchStats), EngineError> {
     let started = Instant::now();
     let mut stats = SearchStats::default();
@@ -425,30 +417,16 @@ pub fn bidirectional_with<K: StateKey>(
         if limits.cancel.load(Ordering::Relaxed) {
             return Ok((SearchEnd::Cancelled, stats));
         }
+        if let Some(end) = between(&stats)? {
+            return Ok((end, stats));
+        }
         // grow the side whose frontier is smaller (Heiner's estimate of the next)
         let side = if ff <= fb { Side::Forward } else { Side::Backward };
         let other_last = backend.layers(side.other()) - 1;
-        let (decided, out) = match beside.as_deref_mut() {
-            None => (None, backend.step(side, true)?),
-            Some(beside) => {
-                let before = stats;
-                std::thread::scope(|s| {
-                    let other = s.spawn(move || beside(&before));
-                    let out = backend.step(side, true);
-                    let decided = other.join().map_err(|_| EngineError::Internal("the probe panicked".into()))?;
-                    Ok::<_, EngineError>((decided?, out?))
-                })?
-            }
-        };
-        if let Some(out) = &out {
-            record(&*backend, side, out, &mut stats, progress, started, limits.bound)?;
-        }
-        if let Some(end) = decided {
-            return Ok((end, stats));
-        }
-        let Some(out) = out else {
+        let Some(out) = backend.step(side, true)? else {
             return Ok((SearchEnd::Cancelled, stats));
         };
+        record(&*backend, side, &out, &mut stats, progress, started, limits.bound)?;
         if let Some((key, other_layer)) = out.meeting {
             if other_layer != other_last {
                 return Err(EngineError::Internal(format!(
