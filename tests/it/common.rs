@@ -274,3 +274,23 @@ pub fn cli(args: &[&str]) -> (i32, serde_json::Value) {
     let v = serde_json::from_str(stdout.lines().next().unwrap_or("null")).unwrap_or(serde_json::Value::Null);
     (out.status.code().unwrap_or(-1), v)
 }
+
+/// A bounded solve's iterations from its `--json` report, as (bound, search);
+/// `None` is the plain search.
+pub fn iterations(v: &serde_json::Value) -> Vec<(Option<u64>, String)> {
+    let all = v["iterations"].as_array().unwrap();
+    all.iter().map(|i| (i["bound"].as_u64(), i["search"].as_str().unwrap().to_string())).collect()
+}
+
+/// The [`iterations`] that decided their bound: an iteration cut where the
+/// search outgrew its small k-PG tables (`"outgrown"`) is left out, its bound
+/// being searched again right after it (checked here).
+pub fn decided_iterations(v: &serde_json::Value) -> Vec<(Option<u64>, String)> {
+    let all = iterations(v);
+    for (i, (bound, search)) in all.iter().enumerate() {
+        if search == "outgrown" {
+            assert!(all.get(i + 1).is_some_and(|next| next.0 == *bound && next.1 != "outgrown"), "{v}");
+        }
+    }
+    all.into_iter().filter(|(_, s)| s != "outgrown").collect()
+}

@@ -2,7 +2,7 @@
 //! proves its bound too small, a probe out of budget hands over to the
 //! layered search, and none of it changes an answer.
 
-use crate::common::{cli, for_levels, level_with_boxes, repo};
+use crate::common::{cli, decided_iterations, for_levels, level_with_boxes, repo};
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::driver::seeds;
@@ -127,25 +127,6 @@ fn an_upper_bound_above_the_optimum_still_gives_the_optimum() {
     tally.assert_covers(300, 0.07, false);
 }
 
-/// The iterations that decided their bound, and by which search: an
-/// iteration cut where the search outgrew its small k-PG tables
-/// (`"outgrown"`) is left out, its bound being searched again right after it
-/// (checked here).
-fn iterations(v: &serde_json::Value) -> Vec<(u64, String)> {
-    let all: Vec<(u64, String)> = v["iterations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| (i["bound"].as_u64().unwrap(), i["search"].as_str().unwrap().to_string()))
-        .collect();
-    for (i, (bound, search)) in all.iter().enumerate() {
-        if search == "outgrown" {
-            assert!(all.get(i + 1).is_some_and(|next| next.0 == *bound && next.1 != "outgrown"), "{v}");
-        }
-    }
-    all.into_iter().filter(|(_, s)| s != "outgrown").collect()
-}
-
 /// XSokoban #7 (88 pushes): without the probe the layered search stores 5.9
 /// million states in its last iteration, nearly all at `d + h = 88`. The
 /// layers prove 82, 84 and 86 too small (each too small for a probe to
@@ -156,9 +137,9 @@ fn xsokoban_7_is_proven_by_the_probe_after_three_bounds_without_a_solution() {
     let file = repo("levels/XSokoban_90.xsb");
     let (code, v) = cli(&["solve", file.to_str().unwrap(), "--level", "7", "--objective", "pushes", "--json"]);
     assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(88)), "{v}");
-    let by = |b: u64, s: &str| (b, s.to_string());
+    let by = |b: u64, s: &str| (Some(b), s.to_string());
     let want = vec![by(82, "layers"), by(84, "layers"), by(86, "layers"), by(88, "probe")];
-    assert_eq!(iterations(&v), want, "{v}");
+    assert_eq!(decided_iterations(&v), want, "{v}");
     assert!(v["states"].as_u64().unwrap() < 200_000, "{v}");
     let solution = v["solution"].as_str().unwrap();
     let (code, check) = cli(&["verify", file.to_str().unwrap(), "--level", "7", "--solution", solution, "--json"]);
@@ -181,8 +162,8 @@ fn no_probe_flag_and_thread_count() {
     let probed = run(&[]);
     let layered = run(&["--no-probe"]);
     assert_eq!(probed["pushes"], layered["pushes"]);
-    assert!(iterations(&layered).iter().all(|(_, s)| s == "layers"), "{layered}");
-    assert_eq!(iterations(&probed).last().unwrap().1, "probe", "{probed}");
+    assert!(decided_iterations(&layered).iter().all(|(_, s)| s == "layers"), "{layered}");
+    assert_eq!(decided_iterations(&probed).last().unwrap().1, "probe", "{probed}");
     let one = run(&["--threads", "1"]);
     let two = run(&["--threads", "2"]);
     assert_eq!(one["solution"], two["solution"]);
