@@ -622,7 +622,8 @@ impl<K: StateKey> Probes<K> {
         self.stats = stats;
         if matches!(end, ProbeEnd::Found(_) | ProbeEnd::Exhausted) {
             let found = matches!(end, ProbeEnd::Found(_));
-            tracing::info!(bound = problem.bound.as_ref().map(|b| b.limit), states = stats.stored, found, "probe done");
+            let bound = problem.bound.as_ref().map(|b| b.limit);
+            tracing::info!(bound, states = stats.stored, expanded = stats.expanded, found, "probe done");
         }
         let decided = match end {
             ProbeEnd::Found(pushes) => SearchEnd::Solved { pushes },
