@@ -937,7 +937,7 @@ fn next_bound(limit: u32, stats: &SearchStats, last: u64) -> u32 {
 }
 
 /// The smallest share of the probe: a quarter of the layers' states.
-pub const PROBE_DIVISOR_MAX: u64 = 4;
+const PROBE_DIVISOR_MAX: u64 = 4;
 
 /// The probe's share in the next iteration at the floor, after one where
 /// it ran: where the layers decided (the probe's states were work for
