@@ -436,8 +436,9 @@ fn search<K: StateKey, D: Deployment>(
                 Some(end) => end,
                 None => {
                     let (starts, goals) = seeds(&problem);
-                    let mut between =
-                        |layers: &SearchStats| probes.between(&problem, &starts, layers, cancel, progress);
+                    let mut between = |backend: &mut dyn LayerBackend<K>, layers: &SearchStats| {
+                        probes.between(&problem, &starts, backend, layers, cancel, progress)
+                    };
                     let (found, stats) = bidirectional_with(backend, &starts, &goals, &limits, progress, &mut between)?;
                     add(&mut totals, &stats);
                     add_probe(&mut totals, &probes.stats, stats.peak_memory_bytes);
@@ -606,6 +607,7 @@ impl<K: StateKey> Probes<K> {
         &mut self,
         problem: &Problem<K>,
         starts: &[K],
+        backend: &mut dyn LayerBackend<K>,
         layers: &SearchStats,
         cancel: &AtomicBool,
         progress: &dyn Progress,
@@ -617,18 +619,22 @@ impl<K: StateKey> Probes<K> {
             Some(p) => p,
             None => self.probe.insert(Probe::new(problem, starts)?),
         };
-        let end = probe.run(problem, (layers.stored / self.divisor).min(self.cap), cancel, progress)?;
+        let budget = (layers.stored / self.divisor).min(self.cap);
+        let end = probe.run(problem, budget, cancel, progress, Some(backend))?;
+        let perimeter = probe.stats().perimeter;
         let stats = probe_as_search(&probe.stats());
         self.stats = stats;
         if matches!(end, ProbeEnd::Found(_) | ProbeEnd::Exhausted) {
             let found = matches!(end, ProbeEnd::Found(_));
             let bound = problem.bound.as_ref().map(|b| b.limit);
-            tracing::info!(bound, states = stats.stored, expanded = stats.expanded, found, "probe done");
+            tracing::info!(bound, states = stats.stored, expanded = stats.expanded, perimeter, found, "probe done");
         }
         let decided = match end {
             ProbeEnd::Found(pushes) => SearchEnd::Solved { pushes },
             // nothing dropped and nothing left: no solution at all
-            ProbeEnd::Exhausted if stats.bound_pruned() == 0 => SearchEnd::Unsolvable { exhausted: Side::Forward },
+            ProbeEnd::Exhausted if stats.bound_pruned() == 0 && perimeter == 0 => {
+                SearchEnd::Unsolvable { exhausted: Side::Forward }
+            }
             ProbeEnd::Exhausted => SearchEnd::Beyond { bound: problem.bound.as_ref().map_or(0, |b| b.limit) },
             ProbeEnd::Cancelled => return Ok(Some(SearchEnd::Cancelled)),
             ProbeEnd::Budget => {

@@ -31,13 +31,30 @@
 //!   ever falls to its least one, so the goal would have been reached;
 //! - **budget** or **cancelled**: stopped, nothing proven.
 //!
+//! # The perimeter
+//!
+//! Between the layered search's steps the probe is given its layers, whose
+//! backward layers `B_0..=B_J` are whole. The probe runs only where the
+//! optimum `L` is at least `U`, so a solution through a successor `s` found
+//! at depth `d` has exactly `U` pushes, and `s` is then `U - d` pulls from
+//! the goal. So where `U - d <= J`, `s` is looked up in `B_{U-d}`: found, the
+//! probe's path to it and the layers' path from it (rebuilt as after a
+//! meeting) are a solution of `U` pushes, optimal; not found, `s` is
+//! dropped. Exhaustion still proves that no solution has at most `U`
+//! pushes: the kept optimal solution's state `s_i` lies in `B_{L-i}` (see
+//! `search.rs`; here `L = U`), so the first of its states the probe reaches
+//! at the perimeter, from its predecessor at its true depth, is found there.
+//! The probe so never stores a state the backward layers already answer
+//! for; it explores only the depths the forward layers have yet to reach.
+//!
 //! The driver asks it only for a bound that is at most the optimum, so that
 //! a found solution is an optimal one; the answer does not depend on the
 //! number of threads (the batches are fixed in size and merged in order),
 //! nor on how a run is cut into parts ([`Probe::run`] goes on where the last
 //! part stopped).
 
-use super::search::{NoProgress, ProbeEvent, Progress};
+use super::path::rebuild;
+use super::search::{LayerBackend, NoProgress, ProbeEvent, Progress};
 use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
 use crate::model::rules::{BoxMove, Scratch};
@@ -77,6 +94,12 @@ pub struct ProbeStats {
     pub expanded: u64,
     /// Expansions of a state found again by a shorter path.
     pub reopened: u64,
+    /// Successors at the perimeter (see [`Probe::run`]) not found in the
+    /// backward layer they would have to lie in.
+    pub perimeter: u64,
+    /// The solution found runs through a backward layer (it met the layers
+    /// at the perimeter).
+    pub met_layers: bool,
     /// Successors the bound dropped, by how far over it they were.
     pub excess: Excess,
     /// Memory the probe's states and index held at the end (an estimate).
@@ -85,7 +108,16 @@ pub struct ProbeStats {
 
 impl Default for ProbeStats {
     fn default() -> Self {
-        ProbeStats { stored: 0, generated: 0, expanded: 0, reopened: 0, excess: [0; EXCESS_BINS], memory_bytes: 0 }
+        ProbeStats {
+            stored: 0,
+            generated: 0,
+            expanded: 0,
+            reopened: 0,
+            perimeter: 0,
+            met_layers: false,
+            excess: [0; EXCESS_BINS],
+            memory_bytes: 0,
+        }
     }
 }
 
@@ -201,12 +233,18 @@ impl<K: StateKey> Probe<K> {
 
     /// Searches on until a goal, exhaustion, `budget` stored states in all
     /// (so a later run with a larger budget goes on) or `cancel`.
+    ///
+    /// With `layers`, the layered search of the same iteration, whose
+    /// backward layers `0..=J` are whole: a successor at a depth `d` with
+    /// `U - d <= J` is looked up in backward layer `U - d` (see the module's
+    /// "The perimeter") and either joins it to a solution or is dropped.
     pub fn run(
         &mut self,
         problem: &Problem<K>,
         budget: u64,
         cancel: &AtomicBool,
         progress: &dyn Progress,
+        mut layers: Option<&mut dyn LayerBackend<K>>,
     ) -> Result<ProbeEnd, EngineError> {
         if let Some(end) = &self.over {
             return Ok(end.clone());
@@ -261,32 +299,78 @@ impl<K: StateKey> Probe<K> {
                     }
                 },
             );
+            let perimeter = match (layers.as_deref_mut(), limit) {
+                (Some(backend), Some(u)) => self.perimeter(backend, u)?,
+                _ => None,
+            };
             // merged in batch order: the same order whatever the thread count
-            if let Some(pushes) = self.merge() {
-                break ProbeEnd::Found(pushes);
+            match self.merge(perimeter.as_ref()) {
+                Some((pushes, None)) => break ProbeEnd::Found(pushes),
+                Some((mut pushes, Some((key, j)))) => {
+                    let Some(backend) = layers.as_deref_mut() else { unreachable!("a meeting needs the layers") };
+                    pushes.extend(rebuild(problem, backend, key, 0, j)?);
+                    self.stats.met_layers = true;
+                    break ProbeEnd::Found(pushes);
+                }
+                None => {}
             }
         };
         self.over = Some(end.clone());
         Ok(end)
     }
 
+    /// What the backward layers say of each of the batch's successors, in
+    /// batch order; `None` when none lies at the perimeter. A successor at
+    /// depth `d` with `U - d` among the whole backward layers is looked up
+    /// in layer `U - d`, one query per depth.
+    fn perimeter(&self, backend: &mut dyn LayerBackend<K>, limit: u32) -> Result<Option<Vec<Gate>>, EngineError> {
+        let built = backend.layers(Side::Backward);
+        let nodes = &self.nodes;
+        // each successor's backward layer, if it lies at the perimeter
+        let at: Vec<(Option<usize>, K)> = (self.outs.iter().flatten())
+            .map(|f| {
+                let j = (limit as usize).checked_sub(nodes[f.parent as usize].depth as usize + 1);
+                (j.filter(|&j| j < built), f.key)
+            })
+            .collect();
+        let mut layers: Vec<usize> = at.iter().filter_map(|a| a.0).collect();
+        if layers.is_empty() {
+            return Ok(None);
+        }
+        layers.sort_unstable();
+        layers.dedup();
+        let mut gates = vec![Gate::Inside; at.len()];
+        for j in layers {
+            let keys: Vec<K> = at.iter().filter(|a| a.0 == Some(j)).map(|a| a.1).collect();
+            let mut hits = backend.in_layer(Side::Backward, j, &keys)?.into_iter();
+            for (gate, _) in gates.iter_mut().zip(&at).filter(|(_, a)| a.0 == Some(j)) {
+                *gate = if hits.next() == Some(true) { Gate::Meets(j) } else { Gate::Dropped };
+            }
+        }
+        Ok(Some(gates))
+    }
+
     /// Takes the batch's successors into the index and the open lists; the
-    /// path to a goal if one was among them.
-    fn merge(&mut self) -> Option<Vec<BoxMove>> {
+    /// path to a goal if one was among them, or the path to a successor
+    /// found in the backward layer `perimeter` names, with that successor
+    /// and layer (the successors beside it there are dropped).
+    #[allow(clippy::type_complexity)]
+    fn merge(&mut self, perimeter: Option<&Vec<Gate>>) -> Option<(Vec<BoxMove>, Option<(K, usize)>)> {
         let (nodes, index, open, stats) = (&mut self.nodes, &mut self.index, &mut self.open, &mut self.stats);
-        for found in self.outs.iter_mut().flat_map(|o| o.drain(..)) {
+        for (i, found) in self.outs.iter_mut().flat_map(|o| o.drain(..)).enumerate() {
             stats.generated += 1;
             let depth = nodes[found.parent as usize].depth + 1;
             if found.h == 0 {
                 // every box on a goal (a box's matched distance is 0 only there)
-                let mut pushes = vec![found.push];
-                let mut at = found.parent;
-                while nodes[at as usize].parent != ROOT {
-                    pushes.push(nodes[at as usize].push);
-                    at = nodes[at as usize].parent;
+                return Some((path_to(nodes, found.parent, found.push), None));
+            }
+            match perimeter.map_or(Gate::Inside, |gates| gates[i]) {
+                Gate::Inside => {}
+                Gate::Meets(j) => return Some((path_to(nodes, found.parent, found.push), Some((found.key, j)))),
+                Gate::Dropped => {
+                    stats.perimeter += 1;
+                    continue;
                 }
-                pushes.reverse();
-                return Some(pushes);
             }
             // a state's order is at least its parent's (the parent's bound less
             // one is a bound of the child too)
@@ -327,6 +411,30 @@ impl<K: StateKey> Probe<K> {
     }
 }
 
+/// A successor seen from the backward layers.
+#[derive(Clone, Copy)]
+enum Gate {
+    /// Not at the perimeter: stored as usual.
+    Inside,
+    /// In the backward layer it would have to lie in: a solution of `U`
+    /// pushes through it.
+    Meets(usize),
+    /// Not there: on no solution of `U` pushes.
+    Dropped,
+}
+
+/// The pushes from the start to the state reached from `parent` by `push`.
+fn path_to<K>(nodes: &[Node<K>], parent: u32, push: BoxMove) -> Vec<BoxMove> {
+    let mut pushes = vec![push];
+    let mut at = parent;
+    while nodes[at as usize].parent != ROOT {
+        pushes.push(nodes[at as usize].push);
+        at = nodes[at as usize].parent;
+    }
+    pushes.reverse();
+    pushes
+}
+
 /// One probe run whole: from `starts` until a goal, exhaustion, `budget`
 /// stored states or `cancel`.
 pub fn probe<K: StateKey>(
@@ -336,6 +444,6 @@ pub fn probe<K: StateKey>(
     cancel: &AtomicBool,
 ) -> Result<(ProbeEnd, ProbeStats), EngineError> {
     let mut p = Probe::new(problem, starts)?;
-    let end = p.run(problem, budget, cancel, &NoProgress)?;
+    let end = p.run(problem, budget, cancel, &NoProgress, None)?;
     Ok((end, p.stats()))
 }

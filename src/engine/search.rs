@@ -303,13 +303,22 @@ impl<K: StateKey> LayerBackend<K> for LocalBackend<'_, K> {
     fn in_layer(&mut self, side: Side, layer: usize, keys: &[K]) -> Result<Vec<bool>, EngineError> {
         use rayon::prelude::*;
         let (store, partitioner) = (self.store, self.partitioner);
-        keys.par_iter().map(|k| Ok(store.contains(side, layer, partitioner.of(k), k)?)).collect()
+        let contains = |k: &K| Ok(store.contains(side, layer, partitioner.of(k), k)?);
+        // a probe's batch is over in microseconds on one thread; waking the
+        // pool for it would cost more
+        if keys.len() < IN_LAYER_PARALLEL {
+            return keys.iter().map(contains).collect();
+        }
+        keys.par_iter().map(contains).collect()
     }
 
     fn common(&mut self, forward: usize, backward: usize) -> Result<Result<Vec<K>, u64>, EngineError> {
         Ok(Ok(common_keys(self.store, &self.all_partitions(), forward, backward)?))
     }
 }
+
+/// Keys below which [`LocalBackend::in_layer`] looks them up on one thread.
+const IN_LAYER_PARALLEL: usize = 1 << 12;
 
 fn record<K: StateKey>(
     backend: &dyn LayerBackend<K>,
@@ -363,12 +372,14 @@ pub fn bidirectional<K: StateKey>(
     limits: &Limits<'_>,
     progress: &dyn Progress,
 ) -> Result<(SearchEnd<K>, SearchStats), EngineError> {
-    bidirectional_with(backend, starts, goals, limits, progress, &mut |_| Ok(None))
+    bidirectional_with(backend, starts, goals, limits, progress, &mut |_, _| Ok(None))
 }
 
-/// What runs between two steps of a search: given the counters so far, it
-/// may end the search with its own answer (the driver's probes).
-pub type Between<'a, K> = dyn FnMut(&SearchStats) -> Result<Option<SearchEnd<K>>, EngineError> + 'a;
+/// What runs between two steps of a search: given the layers and the
+/// counters so far, it may end the search with its own answer (the driver's
+/// probes).
+pub type Between<'a, K> =
+    dyn FnMut(&mut dyn LayerBackend<K>, &SearchStats) -> Result<Option<SearchEnd<K>>, EngineError> + 'a;
 
 /// [`bidirectional`] that asks `between` before every step whether the
 /// search is already decided.
@@ -417,7 +428,7 @@ pub fn bidirectional_with<K: StateKey>(
         if limits.cancel.load(Ordering::Relaxed) {
             return Ok((SearchEnd::Cancelled, stats));
         }
-        if let Some(end) = between(&stats)? {
+        if let Some(end) = between(&mut *backend, &stats)? {
             return Ok((end, stats));
         }
         // grow the side whose frontier is smaller (Heiner's estimate of the next)

@@ -499,11 +499,13 @@ fn a_failed_try_at_the_floor_hands_over_to_the_plain_search() {
 /// third of the sweep's time (#104 timed out at 30 s, 12.9 s without the
 /// probe). Microban I #93 (34 pushes): the layers decide 32 with the probe at
 /// its whole share, so at 34 it may store half as many as the layers (plus
-/// the successors of one batch, the most a part overshoots).
+/// the successors of one batch, the most a part overshoots). With its half
+/// it decides 34, meeting the backward layers at its perimeter (before the
+/// perimeter, the layers decided 34 too).
 #[test]
 fn a_probe_the_layers_beat_gets_half_the_share_in_the_next_iteration() {
     let (v, its) = searches("93", 34);
-    assert_eq!(its[its.len() - 2..], [(Some(32), "layers".to_string()), (Some(34), "layers".to_string())], "{v}");
+    assert_eq!(its[its.len() - 2..], [(Some(32), "layers".to_string()), (Some(34), "probe".to_string())], "{v}");
     let all = v["iterations"].as_array().unwrap();
     let probe_and_layers = |bound: u64| {
         let i = all.iter().rev().find(|i| i["bound"] == bound && i["search"] != "outgrown").unwrap();

@@ -294,3 +294,24 @@ pub fn decided_iterations(v: &serde_json::Value) -> Vec<(Option<u64>, String)> {
     }
     all.into_iter().filter(|(_, s)| s != "outgrown").collect()
 }
+
+/// Runs `f` with a fresh in-memory layered backend of `problem` (8
+/// partitions, never cancelled), as a local solve has one.
+pub fn with_local_backend<R>(
+    problem: &sokoshard::engine::Problem<u64>,
+    f: impl FnOnce(&mut sokoshard::engine::search::LocalBackend<'_, u64>, &std::sync::atomic::AtomicBool) -> R,
+) -> R {
+    use sokoshard::engine::partition::{LocalExchange, Partitioner};
+    let partitioner = Partitioner::for_space(8, &problem.space);
+    let count = partitioner.count();
+    let (store, exchange) = (sokoshard::storage::mem::MemStore::<u64>::new(count), LocalExchange::<u64>::new(count));
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let mut backend = sokoshard::engine::search::LocalBackend {
+        problem,
+        partitioner,
+        store: &store,
+        exchange: &exchange,
+        cancel: &cancel,
+    };
+    f(&mut backend, &cancel)
+}

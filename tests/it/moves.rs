@@ -2,7 +2,7 @@
 //! independent lexicographic search, on Microban I against the known
 //! solutions, and what a solve says when the pass cannot finish.
 
-use crate::common::{cli, for_fixed_levels, level_with_boxes_on_goals, repo, truth};
+use crate::common::{cli, for_fixed_levels, level_with_boxes_on_goals, repo, truth, with_local_backend};
 use crate::reference::reference_pushes_moves;
 use proptest::prelude::*;
 use sokoshard::engine::kpg::KChoice;
@@ -208,10 +208,8 @@ fn a_moves_pass_past_its_memory_share_streams_its_depths_to_disk() {
 fn a_tape_that_fails_or_a_full_depth_stops_the_moves_pass_with_the_reason() {
     use sokoshard::engine::driver::seeds;
     use sokoshard::engine::moves::{fewest_moves, MemTape, MovesOutcome, Tape, MAX_DEPTH_OPTIMAL_STATES};
-    use sokoshard::engine::partition::{LocalExchange, Partitioner};
-    use sokoshard::engine::search::{bidirectional, Limits, LocalBackend, SearchEnd};
+    use sokoshard::engine::search::{bidirectional, Limits, SearchEnd};
     use sokoshard::engine::{Problem, SeamError};
-    use sokoshard::storage::mem::MemStore;
     struct Failing;
     impl Tape for Failing {
         fn put(&mut self, _: u64, _: Vec<u8>) -> Result<(), SeamError> {
@@ -225,27 +223,24 @@ fn a_tape_that_fails_or_a_full_depth_stops_the_moves_pass_with_the_reason() {
     let level = split_collection(&text, "Microban_155.xsb")[3].parse().unwrap();
     let board = Arc::new(Board::new(&level).unwrap());
     let problem = Problem::<u64>::full(board, Pruning { pi_corrals: false, ..Pruning::SOLVE }, None);
-    let partitioner = Partitioner::for_space(8, &problem.space);
-    let (store, exchange) = (MemStore::<u64>::new(partitioner.count()), LocalExchange::<u64>::new(partitioner.count()));
-    let cancel = AtomicBool::new(false);
-    let mut backend =
-        LocalBackend { problem: &problem, partitioner, store: &store, exchange: &exchange, cancel: &cancel };
-    let (starts, goals) = seeds(&problem);
-    let limits = Limits { cancel: &cancel, max_states: None, bound: None };
-    let (end, _) = bidirectional(&mut backend, &starts, &goals, &limits, &NoProgress).unwrap();
-    let SearchEnd::Met { forward, backward, .. } = end else { panic!("{end:?}") };
-    let depths = (forward, backward);
-    let mut run = |tape: &mut dyn Tape, cap: u64| fewest_moves(&problem, &mut backend, tape, depths, cap, &cancel);
-    match run(&mut MemTape::default(), MAX_DEPTH_OPTIMAL_STATES) {
-        Ok(MovesOutcome::Found { pushes, moves, optimal_states }) => {
-            assert_eq!((pushes.len(), moves, optimal_states), (7, 23, 11))
+    with_local_backend(&problem, |backend, cancel| {
+        let (starts, goals) = seeds(&problem);
+        let limits = Limits { cancel, max_states: None, bound: None };
+        let (end, _) = bidirectional(backend, &starts, &goals, &limits, &NoProgress).unwrap();
+        let SearchEnd::Met { forward, backward, .. } = end else { panic!("{end:?}") };
+        let depths = (forward, backward);
+        let mut run = |tape: &mut dyn Tape, cap: u64| fewest_moves(&problem, backend, tape, depths, cap, cancel);
+        match run(&mut MemTape::default(), MAX_DEPTH_OPTIMAL_STATES) {
+            Ok(MovesOutcome::Found { pushes, moves, optimal_states }) => {
+                assert_eq!((pushes.len(), moves, optimal_states), (7, 23, 11))
+            }
+            _ => panic!("no fewest moves with a tape in memory"),
         }
-        _ => panic!("no fewest moves with a tape in memory"),
-    }
-    let e = run(&mut Failing, MAX_DEPTH_OPTIMAL_STATES).err().expect("the failing tape's error");
-    assert!(e.to_string().contains("no space left on the test's disk"), "{e}");
-    match run(&mut MemTape::default(), 1) {
-        Ok(MovesOutcome::TooMany { depth_states }) => assert!(depth_states > 1, "{depth_states}"),
-        _ => panic!("a depth of more than one push-optimal state passed a cap of one"),
-    }
+        let e = run(&mut Failing, MAX_DEPTH_OPTIMAL_STATES).err().expect("the failing tape's error");
+        assert!(e.to_string().contains("no space left on the test's disk"), "{e}");
+        match run(&mut MemTape::default(), 1) {
+            Ok(MovesOutcome::TooMany { depth_states }) => assert!(depth_states > 1, "{depth_states}"),
+            _ => panic!("a depth of more than one push-optimal state passed a cap of one"),
+        }
+    })
 }
