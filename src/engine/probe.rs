@@ -307,7 +307,9 @@ impl<K: StateKey> Probe<K> {
             match self.merge(perimeter.as_ref()) {
                 Some((pushes, None)) => break ProbeEnd::Found(pushes),
                 Some((mut pushes, Some((key, j)))) => {
-                    let Some(backend) = layers.as_deref_mut() else { unreachable!("a meeting needs the layers") };
+                    let Some(backend) = layers.as_deref_mut() else {
+                        return Err(EngineError::Internal("the probe met layers it was not given".into()));
+                    };
                     pushes.extend(rebuild(problem, backend, key, 0, j)?);
                     self.stats.met_layers = true;
                     break ProbeEnd::Found(pushes);
