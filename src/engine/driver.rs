@@ -621,8 +621,8 @@ impl<K: StateKey> Probes<K> {
         };
         let budget = (layers.stored / self.divisor).min(self.cap);
         let end = probe.run(problem, budget, cancel, progress, Some(backend))?;
-        let perimeter = probe.stats().perimeter;
-        let stats = probe_as_search(&probe.stats());
+        let probed = probe.stats();
+        let (perimeter, stats) = (probed.perimeter, probe_as_search(&probed));
         self.stats = stats;
         if matches!(end, ProbeEnd::Found(_) | ProbeEnd::Exhausted) {
             let found = matches!(end, ProbeEnd::Found(_));

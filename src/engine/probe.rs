@@ -299,8 +299,10 @@ impl<K: StateKey> Probe<K> {
                     }
                 },
             );
+            // one open key's states: one depth
+            let depth = batch[0].1;
             let perimeter = match (layers.as_deref_mut(), limit) {
-                (Some(backend), Some(u)) => self.perimeter(backend, u)?,
+                (Some(backend), Some(u)) => self.perimeter(backend, u, depth)?,
                 _ => None,
             };
             // merged in batch order: the same order whatever the thread count
@@ -322,34 +324,26 @@ impl<K: StateKey> Probe<K> {
     }
 
     /// What the backward layers say of each of the batch's successors, in
-    /// batch order; `None` when none lies at the perimeter. A successor at
-    /// depth `d` with `U - d` among the whole backward layers is looked up
-    /// in layer `U - d`, one query per depth.
-    fn perimeter(&self, backend: &mut dyn LayerBackend<K>, limit: u32) -> Result<Option<Vec<Gate>>, EngineError> {
+    /// batch order; `None` when they do not lie at the perimeter. A batch is
+    /// one open key's states, all at `depth`, so its successors all lie at
+    /// `depth + 1`: looked up in backward layer `U - depth - 1` if that
+    /// layer is whole, in one query.
+    fn perimeter(
+        &self,
+        backend: &mut dyn LayerBackend<K>,
+        limit: u32,
+        depth: u32,
+    ) -> Result<Option<Vec<Gate>>, EngineError> {
         let built = backend.layers(Side::Backward);
-        let nodes = &self.nodes;
-        // each successor's backward layer, if it lies at the perimeter
-        let at: Vec<(Option<usize>, K)> = (self.outs.iter().flatten())
-            .map(|f| {
-                let j = (limit as usize).checked_sub(nodes[f.parent as usize].depth as usize + 1);
-                (j.filter(|&j| j < built), f.key)
-            })
-            .collect();
-        let mut layers: Vec<usize> = at.iter().filter_map(|a| a.0).collect();
-        if layers.is_empty() {
+        let Some(j) = (limit as usize).checked_sub(depth as usize + 1).filter(|&j| j < built) else {
+            return Ok(None);
+        };
+        let keys: Vec<K> = self.outs.iter().flatten().map(|f| f.key).collect();
+        if keys.is_empty() {
             return Ok(None);
         }
-        layers.sort_unstable();
-        layers.dedup();
-        let mut gates = vec![Gate::Inside; at.len()];
-        for j in layers {
-            let keys: Vec<K> = at.iter().filter(|a| a.0 == Some(j)).map(|a| a.1).collect();
-            let mut hits = backend.in_layer(Side::Backward, j, &keys)?.into_iter();
-            for (gate, _) in gates.iter_mut().zip(&at).filter(|(_, a)| a.0 == Some(j)) {
-                *gate = if hits.next() == Some(true) { Gate::Meets(j) } else { Gate::Dropped };
-            }
-        }
-        Ok(Some(gates))
+        let hits = backend.in_layer(Side::Backward, j, &keys)?;
+        Ok(Some(hits.into_iter().map(|hit| if hit { Gate::Meets(j) } else { Gate::Dropped }).collect()))
     }
 
     /// Takes the batch's successors into the index and the open lists; the
