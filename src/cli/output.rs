@@ -97,7 +97,11 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                     .iter()
                     .map(|it| {
                         let u = it.bound.map_or("none".to_string(), |u| u.to_string());
-                        let cut = if it.search == IterationSearch::Outgrown { ", small tables outgrown" } else { "" };
+                        let cut = match it.search {
+                            IterationSearch::Outgrown => ", small tables outgrown",
+                            IterationSearch::PlainTry => ", plain search tried",
+                            _ => "",
+                        };
                         format!("{u} ({} states, {:.2} s{cut})", it.states, it.seconds)
                     })
                     .collect();

@@ -128,9 +128,10 @@ fn report_of(r: &SolveResult) -> SolveReport {
                 generated: i.generated,
                 pruned: i.pruned,
                 seconds: i.seconds,
-                search: match (i.outgrown, i.probe) {
-                    (true, _) => IterationSearch::Outgrown,
-                    (_, true) => IterationSearch::Probe,
+                search: match (i.outgrown, i.probe, i.plain_try) {
+                    (true, _, _) => IterationSearch::Outgrown,
+                    (_, true, _) => IterationSearch::Probe,
+                    (_, _, true) => IterationSearch::PlainTry,
                     _ => IterationSearch::Layers,
                 },
                 probe_states: i.probe_states,

@@ -412,14 +412,20 @@ fn search<K: StateKey, D: Deployment>(
     // the probe's share of the next iteration at the floor: it may store
     // 1/divisor as many states as the layers (see `Probes`)
     let mut divisor = 1u64;
+    // the plain search tried between bounded iterations
+    let mut tries = PlainTries::default();
     loop {
         let t0 = Instant::now();
-        let (tried_before, last_before) = (tried, last_stored);
+        let (tried_before, last_before, stored_before) = (tried, last_stored, totals.stored);
+        // Some while this pass is a plain try, with its budget
+        let trying = tries.budget.zip(tries.back_to);
         let bound = limit.zip(lower.clone()).map(|(limit, l)| Bound { lower: l as Arc<dyn LowerBound>, limit });
         let problem = Problem::<K>::full(board.clone(), spec.pruning, given.patterns()).with_bound(bound);
         let asked = spec.max_states.map(|m| m.saturating_sub(totals.stored));
-        let trial = given.trial_left(totals.stored);
-        let max_states = tighter(asked, trial);
+        let cap = tighter(asked, trying.map(|t| t.0));
+        // the larger tables pay for the bounded search's states, not a try's
+        let trial = given.trial_left(totals.stored - tries.stored).filter(|_| trying.is_none());
+        let max_states = tighter(cap, trial);
         let limits = Limits { cancel, max_states, bound: limit };
         let mut end = None;
         let mut next_limit = None;
@@ -431,15 +437,30 @@ fn search<K: StateKey, D: Deployment>(
         let reuse = spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals;
         let mut tape = reuse.then(|| deployment.tape());
         let tables = given.tables.clone();
+        // a try's depths and states before each step, for its growth
+        let mut steps = Vec::new();
+        // the try stopped itself: it could not finish (see `hopeless`)
+        let mut gave_up = false;
         deployment.search(Pass::Main { at_floor: probing }, &problem, tables.as_ref(), cancel, &mut |backend| {
             let found = match backend.resumed_meeting() {
                 Some(end) => end,
                 None => {
                     let (starts, goals) = seeds(&problem);
+                    let depths = |b: &dyn LayerBackend<K>| b.layers(Side::Forward) + b.layers(Side::Backward) - 2;
                     let mut between = |backend: &mut dyn LayerBackend<K>, layers: &SearchStats| {
+                        if let Some((budget, next)) = trying {
+                            steps.push((depths(backend), layers.stored));
+                            if hopeless(&steps, budget, next) {
+                                gave_up = true;
+                                return Ok(Some(SearchEnd::Limit));
+                            }
+                        }
                         probes.between(&problem, &starts, backend, layers, cancel, progress)
                     };
                     let (found, stats) = bidirectional_with(backend, &starts, &goals, &limits, progress, &mut between)?;
+                    if trying.is_some() {
+                        steps.push((depths(backend), stats.stored));
+                    }
                     add(&mut totals, &stats);
                     add_probe(&mut totals, &probes.stats, stats.peak_memory_bytes);
                     // the search that decided the iteration says how the next one steps
@@ -451,7 +472,11 @@ fn search<K: StateKey, D: Deployment>(
                             generated: stats.generated + probes.stats.generated,
                             pruned: decider.bound_pruned(),
                             seconds: t0.elapsed().as_secs_f64(),
-                            search: if probes.decided { IterationSearch::Probe } else { IterationSearch::Layers },
+                            search: match (trying, probes.decided) {
+                                (Some(_), _) => IterationSearch::PlainTry,
+                                (None, true) => IterationSearch::Probe,
+                                (None, false) => IterationSearch::Layers,
+                            },
                             probe_states: probes.stats.stored,
                             probe_generated: probes.stats.generated,
                         });
@@ -507,7 +532,10 @@ fn search<K: StateKey, D: Deployment>(
             Ok(())
         })?;
         report.record_stats(&totals);
-        if matches!(end, Some(SearchEnd::Limit)) && trial.is_some_and(|t| asked.is_none_or(|a| t < a)) {
+        if trying.is_some() {
+            tries.stored += totals.stored - stored_before;
+        }
+        if matches!(end, Some(SearchEnd::Limit)) && !gave_up && trial.is_some_and(|t| cap.is_none_or(|a| t < a)) {
             // the search outgrew the small tables: the same iteration again
             // with the larger ones (those before it stay proven)
             (tried, last_stored) = (tried_before, last_before);
@@ -518,6 +546,17 @@ fn search<K: StateKey, D: Deployment>(
             deployment.restart_iteration()?;
             given.grow(deployment, board, Pass::Main { at_floor: false }, cancel, report)?;
             continue;
+        }
+        if let (Some(SearchEnd::Limit), Some((budget, _))) = (&end, trying) {
+            if gave_up || asked.is_none_or(|a| budget < a) {
+                // the plain search needs more than its budget: the bounded
+                // search goes on with the bound it was to search next
+                (tried, last_stored) = (tried_before, last_before);
+                limit = tries.failed(&steps);
+                tracing::info!(budget, gave_up, bound = limit, "plain try ran out of its budget");
+                deployment.restart_iteration()?;
+                continue;
+            }
         }
         match end {
             Some(SearchEnd::Met { .. } | SearchEnd::Solved { .. }) => {
@@ -546,6 +585,13 @@ fn search<K: StateKey, D: Deployment>(
                 limit = next_limit;
                 if probes.ran() {
                     divisor = next_divisor(divisor, probes.decided);
+                }
+                if let Some(next) = limit {
+                    let room = spec.max_states.map(|m| m.saturating_sub(totals.stored));
+                    if let Some(budget) = tries.start(totals.stored - tries.stored, next, room) {
+                        tracing::info!(budget, next, "trying the plain search");
+                        limit = None;
+                    }
                 }
             }
             Some(other) => {
@@ -942,6 +988,132 @@ fn next_bound(limit: u32, stats: &SearchStats, last: u64) -> u32 {
     limit.saturating_add(step as u32)
 }
 
+/// The plain search, tried with a budget between bounded iterations: a
+/// hedge for levels where the bound costs more than it saves. A bounded
+/// state costs two to six times a plain one (the bound's matching, the
+/// probe's reopenings), and the iterations below the optimum search their
+/// states again; where the bound drops little of a small state space, the
+/// plain search is done long before the iterations reach the optimum
+/// (Microban I #139, 106 pushes: 443 thousand plain states, 0.4 s, where the
+/// iterations from 74 to 100 stored 1.3 million in 5.4 s). Which is cheaper
+/// is not known in advance, so the driver tries: once the bounded search
+/// (its layers and probes) has stored [`TRY_FIRST`] states, and again each
+/// time it has stored [`TRY_SHARE`] times as many as at the last try, the
+/// plain search runs with a budget of [`TRY_SHARE`] times what the bounded
+/// one stored. Its answer, if it finds one, is the optimum (the plain search
+/// is the unbounded one); if it runs out, its states are dropped and the
+/// bounded search goes on with the bound it was to search next, its proofs
+/// below it kept.
+///
+/// The budgets grow geometrically with the bounded search's own states, so
+/// the failed tries together cost a bounded multiple of it; a try that
+/// the last one's growth says cannot finish (see [`Growth`]) is skipped, so
+/// that on levels where the plain search is hopeless (XSokoban, where it
+/// grows many times over per push) the tries cost only the first few small
+/// ones. A cluster job resumed in the middle of a try goes on with the plain
+/// search to the end (its log records the unbounded iteration, not the
+/// budget): slower than the bounded search where that is cheaper, never a
+/// different answer.
+#[derive(Default)]
+struct PlainTries {
+    /// The budget of the try about to run, or running.
+    budget: Option<u64>,
+    /// The bound the bounded search searches after the try.
+    back_to: Option<u32>,
+    /// States the tries stored (the bounded search's are the rest).
+    stored: u64,
+    /// Bounded states after which the next try is due (0: [`TRY_FIRST`]).
+    due: u64,
+    /// How the last failed try grew.
+    seen: Option<Growth>,
+}
+
+/// Bounded states before the first plain try.
+const TRY_FIRST: u64 = 1_000;
+
+/// A try's budget over the bounded states so far.
+const TRY_SHARE: u64 = 8;
+
+/// How many times over the bounded states grow from one try to the next.
+const TRY_EVERY: u64 = 4;
+
+/// A try is skipped when the last one's growth says the plain search needs
+/// more than this many times its budget.
+const TRY_GATE: f64 = 16.0;
+
+impl PlainTries {
+    /// Whether to try the plain search now, after a bounded iteration, with
+    /// `spent` bounded states so far, `next` the next bound and `room` the
+    /// states the solve may still store: the try's budget if so.
+    fn start(&mut self, spent: u64, next: u32, room: Option<u64>) -> Option<u64> {
+        if spent < self.due.max(TRY_FIRST) {
+            return None;
+        }
+        let budget = spent.saturating_mul(TRY_SHARE);
+        self.due = spent.saturating_mul(TRY_EVERY);
+        // a state cap of the user's ends the solve, not a try
+        if room.is_some_and(|r| budget >= r) {
+            return None;
+        }
+        if self.seen.is_some_and(|g| g.predict(next) > TRY_GATE * budget as f64) {
+            tracing::debug!(budget, next, "plain try skipped: it would not finish");
+            return None;
+        }
+        self.budget = Some(budget);
+        self.back_to = Some(next);
+        Some(budget)
+    }
+
+    /// A try ran out of its budget, with `steps` its depths and states
+    /// before each step and at the end: the bound to go back to.
+    fn failed(&mut self, steps: &[(usize, u64)]) -> Option<u32> {
+        self.seen = Growth::of(steps).or(self.seen);
+        self.budget = None;
+        self.back_to.take()
+    }
+}
+
+/// Whether a plain try whose depths and states before each step were
+/// `steps` so far cannot finish: once it has stored an eighth of its
+/// `budget`, its growth says that its sides' depths would add up to `next`
+/// (no solution is shorter) only after [`TRY_GATE`] times the budget. It
+/// stops there, so a hopeless try costs an eighth of its budget.
+fn hopeless(steps: &[(usize, u64)], budget: u64, next: u32) -> bool {
+    let Some(&(_, stored)) = steps.last() else { return false };
+    stored >= budget / 8 && Growth::of(steps).is_some_and(|g| g.predict(next) > TRY_GATE * budget as f64)
+}
+
+/// How a plain search grew at its last steps: `stored` states at `depths`
+/// (its two sides' depths together), times `ratio` per further step.
+#[derive(Clone, Copy, Debug)]
+struct Growth {
+    depths: usize,
+    stored: u64,
+    ratio: f64,
+}
+
+impl Growth {
+    /// The growth over the last two steps of `steps` (depths and states),
+    /// if there were two.
+    fn of(steps: &[(usize, u64)]) -> Option<Growth> {
+        let (&(depths, stored), &(d0, s0)) = (steps.last()?, steps.iter().rev().nth(2)?);
+        if depths <= d0 || s0 == 0 {
+            return None;
+        }
+        let ratio = (stored as f64 / s0 as f64).powf(1.0 / (depths - d0) as f64);
+        Some(Growth { depths, stored, ratio })
+    }
+
+    /// The states a plain search growing so would store before its two
+    /// sides' depths add up to `bound` (a lower bound on the optimum): an
+    /// estimate, high where the growth slows with depth, as it does on
+    /// narrow levels, so the gate is generous.
+    fn predict(&self, bound: u32) -> f64 {
+        let more = (bound as usize).saturating_sub(self.depths);
+        self.stored as f64 * self.ratio.powi(more.min(i32::MAX as usize) as i32)
+    }
+}
+
 /// The smallest share of the probe: a quarter of the layers' states.
 const PROBE_DIVISOR_MAX: u64 = 4;
 
@@ -1037,5 +1209,46 @@ mod tests {
         // small (Microban II #135): almost nothing dropped, enough states so far
         assert!(weak(&iteration(190, 190, 1), WEAK_SIZE));
         assert!(!weak(&iteration(190, 190, 1), WEAK_SIZE - 1));
+    }
+
+    #[test]
+    fn plain_tries_come_once_the_bounded_states_grow_fourfold_with_eight_times_their_budget() {
+        let mut t = PlainTries::default();
+        assert_eq!(t.start(TRY_FIRST - 1, 10, None), None);
+        assert_eq!(t.start(TRY_FIRST, 10, None), Some(8 * TRY_FIRST));
+        assert_eq!(t.failed(&[]), Some(10));
+        // not again before the bounded search has four times the states
+        assert_eq!(t.start(4 * TRY_FIRST - 1, 12, None), None);
+        assert_eq!(t.start(4 * TRY_FIRST, 12, None), Some(32 * TRY_FIRST));
+        assert_eq!((t.budget, t.back_to), (Some(32 * TRY_FIRST), Some(12)));
+        assert_eq!(t.failed(&[]), Some(12));
+        // a try as large as the states the user allows is no try: it would end the solve
+        assert_eq!(t.start(16 * TRY_FIRST, 14, Some(128 * TRY_FIRST)), None);
+        assert_eq!(t.start(64 * TRY_FIRST, 14, Some(1024 * TRY_FIRST)), Some(512 * TRY_FIRST));
+    }
+
+    #[test]
+    fn a_plain_try_whose_growth_cannot_reach_the_bound_in_its_budget_gives_up_and_the_next_is_skipped() {
+        // doubling per depth from 1,000 states at depth 10
+        let steps: Vec<(usize, u64)> = (10..=13).map(|d| (d, 1_000 << (d - 10))).collect();
+        let g = Growth::of(&steps).unwrap();
+        assert!((g.ratio - 2.0).abs() < 1e-9 && g.depths == 13 && g.stored == 8_000, "{g:?}");
+        assert_eq!(g.predict(13), 8_000.0);
+        assert_eq!(g.predict(16), 64_000.0);
+        // 8,000 states is an eighth of 64,000: judged; depth 21 needs two
+        // million, more than 16 times the budget, depth 20 exactly 16 times
+        assert!(hopeless(&steps, 64_000, 21));
+        assert!(!hopeless(&steps, 64_000, 20));
+        assert!(!hopeless(&steps, 64_000, 17));
+        // not judged before an eighth of the budget
+        assert!(!hopeless(&steps, 64_001 * 2, 40));
+        // and under three steps, no growth to judge by
+        assert!(!hopeless(&steps[..2], 16_000, 40));
+        // the next try is skipped where the failed one's growth says so
+        let mut t = PlainTries::default();
+        t.start(TRY_FIRST, 20, None);
+        t.failed(&steps);
+        assert_eq!(t.start(4 * TRY_FIRST, 30, None), None, "2^17 times 8,000 states");
+        assert_eq!(t.start(16 * TRY_FIRST, 14, None), Some(128 * TRY_FIRST));
     }
 }

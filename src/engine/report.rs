@@ -86,7 +86,10 @@ pub struct BoundIteration {
 
 /// What decided a bound iteration: the layered search from both sides, or a
 /// probe (`probe.rs`); or nothing, the search having outgrown the small k-PG
-/// tables in it (the same bound follows, searched with the larger ones).
+/// tables in it (the same bound follows, searched with the larger ones); or
+/// the plain search tried with a budget between two bounded iterations
+/// (`bound` is `None`): it either found the optimum or ran out of its budget,
+/// and the bounded search went on where it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum IterationSearch {
@@ -94,6 +97,8 @@ pub enum IterationSearch {
     Layers,
     Probe,
     Outgrown,
+    #[serde(rename = "plain_try")]
+    PlainTry,
 }
 
 /// What a solution is optimal for.

@@ -288,6 +288,22 @@ fn cluster_of_three_solves_like_local_mode() {
     };
     assert_eq!(counts(&g), counts(l), "iterations: cluster vs local");
     assert_eq!((&g["states"], &g["solution"]), (&l["states"], &l["solution"]));
+    // a plain try between iterations runs on the workers as it does locally,
+    // and one that runs out is dropped there too: Microban I #98 tries after
+    // 88, goes on at 90, then the plain search follows the weak bound
+    let args = ["--level", "98", "--json", "--objective", "pushes"];
+    let o = c.cli(&[&["submit", file.to_str().unwrap()][..], &args].concat());
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let l = &local_solve(&file, "98-98", &args[3..])[0];
+    let by = |v: &serde_json::Value| {
+        let its = v["iterations"].as_array().unwrap().iter();
+        its.map(|i| (i["bound"].as_u64(), i["search"].as_str().map(String::from), i["states"].as_u64()))
+            .collect::<Vec<_>>()
+    };
+    assert!(by(&g).iter().any(|i| i.1.as_deref() == Some("plain_try")), "{g}");
+    assert_eq!(by(&g), by(l), "Microban I #98: cluster vs local");
+    assert_eq!((&g["pushes"], &g["states"], &g["solution"]), (&l["pushes"], &l["states"], &l["solution"]));
     // the probe runs in the coordinator beside the workers' layers, with the
     // local answer: XSokoban #17, where it decides the last iteration
     let xsokoban = repo("levels/XSokoban_90.xsb");

@@ -284,15 +284,25 @@ pub fn iterations(v: &serde_json::Value) -> Vec<(Option<u64>, String)> {
 
 /// The [`iterations`] that decided their bound: an iteration cut where the
 /// search outgrew its small k-PG tables (`"outgrown"`) is left out, its bound
-/// being searched again right after it (checked here).
+/// being searched again right after it, and so is a plain try that ran out
+/// of its budget (a `"plain_try"` before the last iteration), the bounded
+/// search going on after it (both checked here).
 pub fn decided_iterations(v: &serde_json::Value) -> Vec<(Option<u64>, String)> {
     let all = iterations(v);
     for (i, (bound, search)) in all.iter().enumerate() {
         if search == "outgrown" {
             assert!(all.get(i + 1).is_some_and(|next| next.0 == *bound && next.1 != "outgrown"), "{v}");
         }
+        if search == "plain_try" {
+            assert!(bound.is_none(), "{v}");
+            assert!(all.get(i + 1).is_none_or(|next| next.0.is_some()), "{v}");
+        }
     }
-    all.into_iter().filter(|(_, s)| s != "outgrown").collect()
+    let last = all.len().saturating_sub(1);
+    (all.into_iter().enumerate())
+        .filter(|(i, (_, s))| s != "outgrown" && (s != "plain_try" || *i == last))
+        .map(|(_, it)| it)
+        .collect()
 }
 
 /// Runs `f` with a fresh in-memory layered backend of `problem` (8

@@ -264,6 +264,7 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
                 seconds: i.seconds,
                 probe: i.search == IterationSearch::Probe,
                 outgrown: i.search == IterationSearch::Outgrown,
+                plain_try: i.search == IterationSearch::PlainTry,
                 probe_states: i.probe_states,
                 probe_generated: i.probe_generated,
             })
