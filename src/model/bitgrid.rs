@@ -87,31 +87,34 @@ impl BitGrid {
 
     /// [`flood`](Self::flood) from the squares `seed` of row `r0`.
     ///
-    /// A scanline fill: each run of squares taken in (a whole run of its row,
-    /// found by [`fill_row`]) is pushed on a stack, and popping it takes in the
-    /// runs it touches in the rows above and below. The work is a few
-    /// instructions per run of the region, however it winds. Should the stack
-    /// fill, sweeps down and up the rows finish the region.
+    /// A scanline fill: each row that takes in a run of squares (a whole run
+    /// of its row, found by [`fill_row`]) is pushed on a stack, and popping it
+    /// takes in the runs its squares touch in the rows above and below. The
+    /// work is a few instructions per run of the region, however it winds.
+    /// The stack holds row numbers only (128 bytes to set up per call, where
+    /// rows with their runs took a kilobyte; popped, a row spreads from all
+    /// its squares taken in so far, which takes in the same runs). Should
+    /// the stack fill, sweeps down and up the rows finish the region.
     pub fn flood_from(&self, occ: &[u64], r0: usize, seed: u64, out: &mut [u64]) {
         const DEPTH: usize = 64;
         out.fill(0);
         let free = |r: usize| self.floor[r] & !occ[r];
         out[r0] = fill_row(free(r0), seed);
-        let mut stack = [(0usize, 0u64); DEPTH];
-        stack[0] = (r0, out[r0]);
+        let mut stack = [0u16; DEPTH];
+        stack[0] = r0 as u16;
         let mut len = 1;
         let mut overflow = false;
         while len > 0 {
             len -= 1;
-            let (r, bits) = stack[len];
+            let r = stack[len] as usize;
+            let bits = out[r];
             // rows 0 and the last hold only walls (a level is closed)
             for nr in [r - 1, r + 1] {
                 let s = bits & free(nr) & !out[nr];
                 if s != 0 {
-                    let run = fill_row(free(nr), s);
-                    out[nr] |= run;
+                    out[nr] |= fill_row(free(nr), s);
                     if len < DEPTH {
-                        stack[len] = (nr, run);
+                        stack[len] = nr as u16;
                         len += 1;
                     } else {
                         overflow = true;
