@@ -229,6 +229,14 @@ fn submit_detached(c: &Cluster, level: &str) -> u64 {
     out.trim().strip_prefix("job ").and_then(|r| r.split(':').next()).unwrap().parse().unwrap()
 }
 
+/// Submits `args` on `file` and waits: the job's JSON report, which must
+/// have ended with exit 0.
+fn submit_ok(c: &Cluster, file: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let o = c.cli(&[&["submit", file.to_str().unwrap()][..], args].concat());
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 fn check_solution(level: usize, solution: &str, pushes: u64) {
     let text = std::fs::read_to_string(repo(MICROBAN)).unwrap();
     let all = split_collection(&text, MICROBAN);
@@ -291,16 +299,14 @@ fn cluster_of_three_solves_like_local_mode() {
     // a plain try between iterations runs on the workers as it does locally,
     // and one that runs out is dropped there too: Microban I #98 tries after
     // 88, goes on at 90, then the plain search follows the weak bound
-    let args = ["--level", "98", "--json", "--objective", "pushes"];
-    let o = c.cli(&[&["submit", file.to_str().unwrap()][..], &args].concat());
-    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
-    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let l = &local_solve(&file, "98-98", &args[3..])[0];
     let by = |v: &serde_json::Value| {
         let its = v["iterations"].as_array().unwrap().iter();
         its.map(|i| (i["bound"].as_u64(), i["search"].as_str().map(String::from), i["states"].as_u64()))
             .collect::<Vec<_>>()
     };
+    let args = ["--level", "98", "--json", "--objective", "pushes"];
+    let g = submit_ok(&c, &file, &args);
+    let l = &local_solve(&file, "98-98", &args[3..])[0];
     assert!(by(&g).iter().any(|i| i.1.as_deref() == Some("plain_try")), "{g}");
     assert_eq!(by(&g), by(l), "Microban I #98: cluster vs local");
     assert_eq!((&g["pushes"], &g["states"], &g["solution"]), (&l["pushes"], &l["states"], &l["solution"]));
@@ -309,15 +315,8 @@ fn cluster_of_three_solves_like_local_mode() {
     let xsokoban = repo("levels/XSokoban_90.xsb");
     for extra in [&[][..], &["--no-probe"][..]] {
         let args = [&["--level", "17", "--json", "--objective", "pushes"][..], extra].concat();
-        let o = c.cli(&[&["submit", xsokoban.to_str().unwrap()][..], &args].concat());
-        assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
-        let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let g = submit_ok(&c, &xsokoban, &args);
         let l = &local_solve(&xsokoban, "17-17", &args[3..])[0];
-        let by = |v: &serde_json::Value| {
-            let its = v["iterations"].as_array().unwrap().iter();
-            its.map(|i| (i["bound"].as_u64(), i["search"].as_str().map(String::from), i["states"].as_u64()))
-                .collect::<Vec<_>>()
-        };
         assert_eq!(by(&g), by(l), "XSokoban #17 {extra:?}: cluster vs local");
         assert_eq!((&g["pushes"], &g["solution"]), (&l["pushes"], &l["solution"]), "XSokoban #17 {extra:?}");
         let last = by(&g).last().unwrap().1.clone().unwrap();
