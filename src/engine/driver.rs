@@ -418,7 +418,7 @@ fn search<K: StateKey, D: Deployment>(
         let t0 = Instant::now();
         let (tried_before, last_before, stored_before) = (tried, last_stored, totals.stored);
         // Some while this pass is a plain try, with its budget
-        let trying = tries.budget.zip(tries.back_to);
+        let trying = tries.running;
         let bound = limit.zip(lower.clone()).map(|(limit, l)| Bound { lower: l as Arc<dyn LowerBound>, limit });
         let problem = Problem::<K>::full(board.clone(), spec.pruning, given.patterns()).with_bound(bound);
         let asked = spec.max_states.map(|m| m.saturating_sub(totals.stored));
@@ -998,7 +998,7 @@ fn next_bound(limit: u32, stats: &SearchStats, last: u64) -> u32 {
 /// iterations from 74 to 100 stored 1.3 million in 5.4 s). Which is cheaper
 /// is not known in advance, so the driver tries: once the bounded search
 /// (its layers and probes) has stored [`TRY_FIRST`] states, and again each
-/// time it has stored [`TRY_SHARE`] times as many as at the last try, the
+/// time it has stored [`TRY_EVERY`] times as many as at the last try, the
 /// plain search runs with a budget of [`TRY_SHARE`] times what the bounded
 /// one stored. Its answer, if it finds one, is the optimum (the plain search
 /// is the unbounded one); if it runs out, its states are dropped and the
@@ -1012,14 +1012,13 @@ fn next_bound(limit: u32, stats: &SearchStats, last: u64) -> u32 {
 /// grows many times over per push) the tries cost only the first few small
 /// ones. A cluster job resumed in the middle of a try goes on with the plain
 /// search to the end (its log records the unbounded iteration, not the
-/// budget): slower than the bounded search where that is cheaper, never a
-/// different answer.
+/// budget): never a wrong answer, but it may run out of time or states where
+/// the bounded search would not.
 #[derive(Default)]
 struct PlainTries {
-    /// The budget of the try about to run, or running.
-    budget: Option<u64>,
-    /// The bound the bounded search searches after the try.
-    back_to: Option<u32>,
+    /// The try about to run, or running: its budget, and the bound the
+    /// bounded search searches after it.
+    running: Option<(u64, u32)>,
     /// States the tries stored (the bounded search's are the rest).
     stored: u64,
     /// Bounded states after which the next try is due (0: [`TRY_FIRST`]).
@@ -1059,8 +1058,7 @@ impl PlainTries {
             tracing::debug!(budget, next, "plain try skipped: it would not finish");
             return None;
         }
-        self.budget = Some(budget);
-        self.back_to = Some(next);
+        self.running = Some((budget, next));
         Some(budget)
     }
 
@@ -1068,8 +1066,7 @@ impl PlainTries {
     /// before each step and at the end: the bound to go back to.
     fn failed(&mut self, steps: &[(usize, u64)]) -> Option<u32> {
         self.seen = Growth::of(steps).or(self.seen);
-        self.budget = None;
-        self.back_to.take()
+        self.running.take().map(|(_, next)| next)
     }
 }
 
@@ -1220,7 +1217,7 @@ mod tests {
         // not again before the bounded search has four times the states
         assert_eq!(t.start(4 * TRY_FIRST - 1, 12, None), None);
         assert_eq!(t.start(4 * TRY_FIRST, 12, None), Some(32 * TRY_FIRST));
-        assert_eq!((t.budget, t.back_to), (Some(32 * TRY_FIRST), Some(12)));
+        assert_eq!(t.running, Some((32 * TRY_FIRST, 12)));
         assert_eq!(t.failed(&[]), Some(12));
         // a try as large as the states the user allows is no try: it would end the solve
         assert_eq!(t.start(16 * TRY_FIRST, 14, Some(128 * TRY_FIRST)), None);
