@@ -39,7 +39,8 @@ pub struct SolveArgs {
     /// Per-level time limit in seconds; the level reports `timeout`.
     #[arg(long)]
     pub timeout: Option<f64>,
-    /// Stop a level (status `limit`) once this many states are stored.
+    /// Stop a level (status `limit`) once this many states are stored (a
+    /// failed plain try's states, dropped between bound iterations, do not count).
     #[arg(long)]
     pub max_states: Option<u64>,
     /// Number of state partitions (a power of two; default 4 per thread). Fewer

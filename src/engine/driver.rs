@@ -421,7 +421,9 @@ fn search<K: StateKey, D: Deployment>(
         let trying = tries.running;
         let bound = limit.zip(lower.clone()).map(|(limit, l)| Bound { lower: l as Arc<dyn LowerBound>, limit });
         let problem = Problem::<K>::full(board.clone(), spec.pruning, given.patterns()).with_bound(bound);
-        let asked = spec.max_states.map(|m| m.saturating_sub(totals.stored));
+        // the user's cap counts the states the solve keeps: a failed try's
+        // are a hedge the user did not ask for (a try's own cap is below it)
+        let asked = spec.max_states.map(|m| m.saturating_sub(totals.stored - tries.stored));
         let cap = tighter(asked, trying.map(|t| t.0));
         // the larger tables pay for the bounded search's states, not a try's
         let trial = given.trial_left(totals.stored - tries.stored).filter(|_| trying.is_none());
@@ -532,9 +534,6 @@ fn search<K: StateKey, D: Deployment>(
             Ok(())
         })?;
         report.record_stats(&totals);
-        if trying.is_some() {
-            tries.stored += totals.stored - stored_before;
-        }
         if matches!(end, Some(SearchEnd::Limit)) && !gave_up && trial.is_some_and(|t| cap.is_none_or(|a| t < a)) {
             // the search outgrew the small tables: the same iteration again
             // with the larger ones (those before it stay proven)
@@ -552,7 +551,7 @@ fn search<K: StateKey, D: Deployment>(
                 // the plain search needs more than its budget: the bounded
                 // search goes on with the bound it was to search next
                 (tried, last_stored) = (tried_before, last_before);
-                limit = tries.failed(&steps);
+                limit = tries.failed(&steps, totals.stored - stored_before);
                 tracing::info!(budget, gave_up, bound = limit, "plain try ran out of its budget");
                 deployment.restart_iteration()?;
                 continue;
@@ -562,7 +561,8 @@ fn search<K: StateKey, D: Deployment>(
             Some(SearchEnd::Met { .. } | SearchEnd::Solved { .. }) => {
                 if spec.objective == Objective::PushesMoves && met > 0 {
                     let (t0, tables_before) = (Instant::now(), report.kpg_seconds);
-                    let moves = MovesSearch { board, spec, lower: &lower, pushes: met };
+                    let kept = totals.stored - tries.stored;
+                    let moves = MovesSearch { board, spec, lower: &lower, pushes: met, kept };
                     // the moves pass's search may outgrow the small tables too
                     let trial = given.grow.as_ref().map(|g| g.trial);
                     if moves_search::<K, D>(deployment, &moves, &given, trial, cancel, progress, report) {
@@ -587,7 +587,7 @@ fn search<K: StateKey, D: Deployment>(
                     divisor = next_divisor(divisor, probes.decided);
                 }
                 if let Some(next) = limit {
-                    let room = spec.max_states.map(|m| m.saturating_sub(totals.stored));
+                    let room = spec.max_states.map(|m| m.saturating_sub(totals.stored - tries.stored));
                     if let Some(budget) = tries.start(totals.stored - tries.stored, next, room) {
                         tracing::info!(budget, next, "trying the plain search");
                         limit = None;
@@ -705,6 +705,8 @@ struct MovesSearch<'a> {
     spec: &'a SolveSpec,
     lower: &'a Option<Arc<LowerBounds>>,
     pushes: usize,
+    /// The states the level's search kept (not its failed plain tries').
+    kept: u64,
 }
 
 /// The moves pass after a search that used the PI-corral restriction, which
@@ -732,8 +734,9 @@ fn moves_search<K: StateKey, D: Deployment>(
     let bound = given.lower.clone().map(|l| Bound { lower: l as Arc<dyn LowerBound>, limit });
     let pruning = Pruning { pi_corrals: false, ..given.spec.pruning };
     let problem = Problem::<K>::full(board.clone(), pruning, tables.patterns()).with_bound(bound);
-    // the level's own states: a grown search's trial does not count
-    let level_states = report.states;
+    // the level's own states: a grown search's trial and failed plain tries
+    // do not count
+    let level_states = given.kept;
     let left = given.spec.max_states.map(|m| m.saturating_sub(level_states + report.moves_states));
     let budget = given.spec.moves_states.unwrap_or_else(|| moves_budget(level_states));
     let max_states = Some(left.map_or(budget, |l| l.min(budget)));
@@ -1019,7 +1022,7 @@ struct PlainTries {
     /// The try about to run, or running: its budget, and the bound the
     /// bounded search searches after it.
     running: Option<(u64, u32)>,
-    /// States the tries stored (the bounded search's are the rest).
+    /// States the failed tries stored (the solve keeps the rest).
     stored: u64,
     /// Bounded states after which the next try is due (0: [`TRY_FIRST`]).
     due: u64,
@@ -1062,9 +1065,11 @@ impl PlainTries {
         Some(budget)
     }
 
-    /// A try ran out of its budget, with `steps` its depths and states
-    /// before each step and at the end: the bound to go back to.
-    fn failed(&mut self, steps: &[(usize, u64)]) -> Option<u32> {
+    /// A try ran out of its budget after storing `stored` states, with
+    /// `steps` its depths and states before each step and at the end: the
+    /// bound to go back to.
+    fn failed(&mut self, steps: &[(usize, u64)], stored: u64) -> Option<u32> {
+        self.stored += stored;
         self.seen = Growth::of(steps).or(self.seen);
         self.running.take().map(|(_, next)| next)
     }
@@ -1213,12 +1218,14 @@ mod tests {
         let mut t = PlainTries::default();
         assert_eq!(t.start(TRY_FIRST - 1, 10, None), None);
         assert_eq!(t.start(TRY_FIRST, 10, None), Some(8 * TRY_FIRST));
-        assert_eq!(t.failed(&[]), Some(10));
+        assert_eq!(t.failed(&[], 8 * TRY_FIRST), Some(10));
         // not again before the bounded search has four times the states
         assert_eq!(t.start(4 * TRY_FIRST - 1, 12, None), None);
         assert_eq!(t.start(4 * TRY_FIRST, 12, None), Some(32 * TRY_FIRST));
         assert_eq!(t.running, Some((32 * TRY_FIRST, 12)));
-        assert_eq!(t.failed(&[]), Some(12));
+        assert_eq!(t.failed(&[], 30 * TRY_FIRST), Some(12));
+        // the failed tries' states, which the user's cap does not count
+        assert_eq!(t.stored, 38 * TRY_FIRST);
         // a try as large as the states the user allows is no try: it would end the solve
         assert_eq!(t.start(16 * TRY_FIRST, 14, Some(128 * TRY_FIRST)), None);
         assert_eq!(t.start(64 * TRY_FIRST, 14, Some(1024 * TRY_FIRST)), Some(512 * TRY_FIRST));
@@ -1244,7 +1251,7 @@ mod tests {
         // the next try is skipped where the failed one's growth says so
         let mut t = PlainTries::default();
         t.start(TRY_FIRST, 20, None);
-        t.failed(&steps);
+        t.failed(&steps, 8_000);
         assert_eq!(t.start(4 * TRY_FIRST, 30, None), None, "2^17 times 8,000 states");
         assert_eq!(t.start(16 * TRY_FIRST, 14, None), Some(128 * TRY_FIRST));
     }

@@ -465,8 +465,15 @@ fn upper_bound_below_at_and_above_the_optimum() {
 /// push count, and gives the report and its iterations' bounds and searches
 /// (`None`: the plain search).
 fn searches(level: &str, pushes: u64) -> (serde_json::Value, Vec<(Option<u64>, String)>) {
+    searches_with(level, pushes, &[])
+}
+
+/// [`searches`] with more arguments.
+fn searches_with(level: &str, pushes: u64, more: &[&str]) -> (serde_json::Value, Vec<(Option<u64>, String)>) {
     let file = repo("levels/Microban_155.xsb");
-    let (code, v) = cli(&["solve", file.to_str().unwrap(), "--level", level, "--objective", "pushes", "--json"]);
+    let mut args = vec!["solve", file.to_str().unwrap(), "--level", level, "--objective", "pushes", "--json"];
+    args.extend_from_slice(more);
+    let (code, v) = cli(&args);
     assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(pushes)), "{v}");
     let its = iterations(&v);
     (v, its)
@@ -493,6 +500,28 @@ fn a_failed_try_at_the_floor_hands_over_to_the_plain_search() {
     let want = [(Some(90), "layers".to_string()), (Some(92), "layers".to_string()), (None, "layers".to_string())];
     assert_eq!(its[its.len() - 3..], want, "{v}");
     assert!(its.contains(&(None, "plain_try".to_string())), "{v}");
+}
+
+/// Regression: a failed plain try's states counted against `--max-states`,
+/// so a level that the bounded search solves within the cap ended `limit`
+/// once a try had run out: Microban I #98 keeps about 16,500 states and
+/// stores about 9,500 more in a try that fails. The cap counts the states
+/// the solve keeps (a try's budget stays under what the cap leaves, so it
+/// still bounds the memory of every pass).
+#[test]
+fn max_states_counts_the_states_kept_not_a_failed_plain_try() {
+    let (v, _) = searches("98", 110);
+    let failed = |v: &serde_json::Value| -> u64 {
+        let all = v["iterations"].as_array().unwrap();
+        let tries = all[..all.len() - 1].iter().filter(|it| it["search"] == "plain_try");
+        tries.map(|it| it["states"].as_u64().unwrap()).sum()
+    };
+    let kept = v["states"].as_u64().unwrap() - failed(&v);
+    let cap = kept + kept / 50;
+    assert!(failed(&v) > cap - kept, "the try must not fit in the margin: {v}");
+    let (capped, its) = searches_with("98", 110, &["--max-states", &cap.to_string()]);
+    assert!(its.contains(&(None, "plain_try".to_string())), "{capped}");
+    assert!(failed(&capped) > 0 && capped["states"].as_u64().unwrap() - failed(&capped) <= cap, "{capped}");
 }
 
 /// Regression: where the bound drops little of a small state space, the
