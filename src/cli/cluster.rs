@@ -153,7 +153,8 @@ pub struct SubmitArgs {
     /// Per-level time limit in seconds; the level reports `timeout`.
     #[arg(long)]
     pub timeout: Option<f64>,
-    /// Stop a level (status `limit`) once this many states are stored.
+    /// Stop a level (status `limit`) once this many states are stored (a
+    /// failed plain try's states, dropped between bound iterations, do not count).
     #[arg(long)]
     pub max_states: Option<u64>,
     /// Turn off freeze-deadlock pruning and the frozen-target matching built on it.
