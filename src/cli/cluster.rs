@@ -298,7 +298,11 @@ fn spinner(label: String) -> Option<ProgressBar> {
 }
 
 fn progress_line(v: &JobView) -> String {
-    let bound = v.bound.map(|u| format!(" | bound {u}")).unwrap_or_default();
+    let bound = match (v.bound, v.plain_try) {
+        (Some(u), _) => format!(" | bound {u}"),
+        (None, Some(t)) => format!(" | plain try within {} states, then bound {}", t.budget, t.back_to),
+        (None, None) => String::new(),
+    };
     let mut s = format!(
         "{}{bound} | {} layer {} | frontier fwd {} bwd {} | stored {} | {:.0} states/s | workers' store {}",
         v.state,

@@ -57,21 +57,34 @@ pub use super::report::Objective;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pass {
     /// An iteration of the level's search; `at_floor`: no solution is
-    /// shorter than its bound (so its probe may answer it), which a
-    /// deployment that resumes keeps with its layers.
+    /// shorter than its bound (so its probe may answer it), or for a plain
+    /// try than the bound it goes back to, which a deployment that resumes
+    /// keeps with its layers, as it keeps `plain_try`.
     Main {
         at_floor: bool,
+        plain_try: Option<PlainTry>,
     },
     Moves,
 }
 
-/// The iteration a deployment holds layers of (a cluster job resumed from
-/// its log): its bound (`None` for the plain search) and whether no solution
-/// is shorter than it.
+/// A plain try between bound iterations (see `PlainTries`): the states it
+/// may store, and the bound the bounded search searches after it if it
+/// runs out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlainTry {
+    pub budget: u64,
+    pub back_to: u32,
+}
+
+/// The iteration a deployment resumes (a cluster job from its log): its
+/// bound (`None` for the plain search), whether no solution is shorter than
+/// it (for a try, than the bound it goes back to), and whether it is a plain
+/// try. The deployment may hold none of its layers yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Resumed {
     pub bound: Option<u32>,
     pub at_floor: bool,
+    pub plain_try: Option<PlainTry>,
 }
 
 /// The policy of one solve.
@@ -369,6 +382,8 @@ fn search<K: StateKey, D: Deployment>(
     // one step of the parity past each bound proven too small; a solution of
     // that many pushes, however found, is optimal
     let mut floor = None;
+    // the plain search tried between bounded iterations
+    let mut tries = PlainTries::default();
     let mut limit = match (&lower, spec.bound) {
         (None, _) => None,
         (Some(lower), bound) => {
@@ -392,6 +407,15 @@ fn search<K: StateKey, D: Deployment>(
                 },
                 // a resumed job goes on with the iteration it was in
                 _ => match deployment.resumed() {
+                    // a try goes on with its budget, and the bound after it
+                    Some(Resumed { plain_try: Some(t), at_floor, .. }) => {
+                        let back_to = t.back_to.max(start);
+                        if at_floor {
+                            floor = Some(back_to);
+                        }
+                        tries.running = Some(PlainTry { back_to, ..t });
+                        None
+                    }
                     Some(resumed) => {
                         let bound = resumed.bound.map(|u| u.max(start));
                         if resumed.at_floor {
@@ -412,8 +436,6 @@ fn search<K: StateKey, D: Deployment>(
     // the probe's share of the next iteration at the floor: it may store
     // 1/divisor as many states as the layers (see `Probes`)
     let mut divisor = 1u64;
-    // the plain search tried between bounded iterations
-    let mut tries = PlainTries::default();
     loop {
         let t0 = Instant::now();
         let (tried_before, last_before, stored_before) = (tried, last_stored, totals.stored);
@@ -424,7 +446,7 @@ fn search<K: StateKey, D: Deployment>(
         // the user's cap counts the states the solve keeps: a failed try's
         // are a hedge the user did not ask for (a try's own cap is below it)
         let asked = spec.max_states.map(|m| m.saturating_sub(totals.stored - tries.stored));
-        let cap = tighter(asked, trying.map(|t| t.0));
+        let cap = tighter(asked, trying.map(|t| t.budget));
         // the larger tables pay for the bounded search's states, not a try's
         let trial = given.trial_left(totals.stored - tries.stored).filter(|_| trying.is_none());
         let max_states = tighter(cap, trial);
@@ -443,96 +465,108 @@ fn search<K: StateKey, D: Deployment>(
         let mut steps = Vec::new();
         // the try stopped itself: it could not finish (see `hopeless`)
         let mut gave_up = false;
-        deployment.search(Pass::Main { at_floor: probing }, &problem, tables.as_ref(), cancel, &mut |backend| {
-            let found = match backend.resumed_meeting() {
-                Some(end) => end,
-                None => {
-                    let (starts, goals) = seeds(&problem);
-                    let depths = |b: &dyn LayerBackend<K>| b.layers(Side::Forward) + b.layers(Side::Backward) - 2;
-                    let mut between = |backend: &mut dyn LayerBackend<K>, layers: &SearchStats| {
-                        if let Some((budget, next)) = trying {
-                            steps.push((depths(backend), layers.stored));
-                            if hopeless(&steps, budget, next) {
-                                gave_up = true;
-                                return Ok(Some(SearchEnd::Limit));
+        // a try records whether the bound it goes back to is the floor
+        let at_floor = match trying {
+            Some(t) => floor == Some(t.back_to),
+            None => probing,
+        };
+        deployment.search(
+            Pass::Main { at_floor, plain_try: trying },
+            &problem,
+            tables.as_ref(),
+            cancel,
+            &mut |backend| {
+                let found = match backend.resumed_meeting() {
+                    Some(end) => end,
+                    None => {
+                        let (starts, goals) = seeds(&problem);
+                        let depths = |b: &dyn LayerBackend<K>| b.layers(Side::Forward) + b.layers(Side::Backward) - 2;
+                        let mut between = |backend: &mut dyn LayerBackend<K>, layers: &SearchStats| {
+                            if let Some(t) = trying {
+                                steps.push((depths(backend), layers.stored));
+                                if hopeless(&steps, t.budget, t.back_to) {
+                                    gave_up = true;
+                                    return Ok(Some(SearchEnd::Limit));
+                                }
                             }
+                            probes.between(&problem, &starts, backend, layers, cancel, progress)
+                        };
+                        let (found, stats) =
+                            bidirectional_with(backend, &starts, &goals, &limits, progress, &mut between)?;
+                        if trying.is_some() {
+                            steps.push((depths(backend), stats.stored));
                         }
-                        probes.between(&problem, &starts, backend, layers, cancel, progress)
-                    };
-                    let (found, stats) = bidirectional_with(backend, &starts, &goals, &limits, progress, &mut between)?;
-                    if trying.is_some() {
-                        steps.push((depths(backend), stats.stored));
-                    }
-                    add(&mut totals, &stats);
-                    add_probe(&mut totals, &probes.stats, stats.peak_memory_bytes);
-                    // the search that decided the iteration says how the next one steps
-                    let decider = if probes.decided { &probes.stats } else { &stats };
-                    if lower.is_some() {
-                        report.iterations.push(BoundIteration {
-                            bound: limit,
-                            states: stats.stored + probes.stats.stored,
-                            generated: stats.generated + probes.stats.generated,
-                            pruned: decider.bound_pruned(),
-                            seconds: t0.elapsed().as_secs_f64(),
-                            search: match (trying, probes.decided) {
-                                (Some(_), _) => IterationSearch::PlainTry,
-                                (None, true) => IterationSearch::Probe,
-                                (None, false) => IterationSearch::Layers,
-                            },
-                            probe_states: probes.stats.stored,
-                            probe_generated: probes.stats.generated,
-                        });
-                        tracing::info!(
-                            bound = limit,
-                            states = stats.stored,
-                            probe_states = probes.stats.stored,
-                            pruned = decider.bound_pruned(),
-                            "bound iteration done"
-                        );
-                    }
-                    next_limit = match limit {
-                        // a bound that drops little costs its matchings and saves
-                        // few states: the rest is the plain search, after one
-                        // iteration at the floor, where the probe runs (see `weak`)
-                        Some(_) if tried => None,
-                        Some(l) if weak(decider, totals.stored) => {
-                            tried = true;
-                            Some(l + 2)
+                        add(&mut totals, &stats);
+                        add_probe(&mut totals, &probes.stats, stats.peak_memory_bytes);
+                        // the search that decided the iteration says how the next one steps
+                        let decider = if probes.decided { &probes.stats } else { &stats };
+                        if lower.is_some() {
+                            report.iterations.push(BoundIteration {
+                                bound: limit,
+                                states: stats.stored + probes.stats.stored,
+                                generated: stats.generated + probes.stats.generated,
+                                pruned: decider.bound_pruned(),
+                                seconds: t0.elapsed().as_secs_f64(),
+                                search: match (trying, probes.decided) {
+                                    (Some(_), _) => IterationSearch::PlainTry,
+                                    (None, true) => IterationSearch::Probe,
+                                    (None, false) => IterationSearch::Layers,
+                                },
+                                probe_states: probes.stats.stored,
+                                probe_generated: probes.stats.generated,
+                            });
+                            tracing::info!(
+                                bound = limit,
+                                states = stats.stored,
+                                probe_states = probes.stats.stored,
+                                pruned = decider.bound_pruned(),
+                                "bound iteration done"
+                            );
                         }
-                        Some(l) => Some(next_bound(l, decider, last_stored)),
-                        None => None,
-                    };
-                    last_stored = decider.stored;
-                    found
+                        next_limit = match limit {
+                            // a bound that drops little costs its matchings and saves
+                            // few states: the rest is the plain search, after one
+                            // iteration at the floor, where the probe runs (see `weak`)
+                            Some(_) if tried => None,
+                            Some(l) if weak(decider, totals.stored) => {
+                                tried = true;
+                                Some(l + 2)
+                            }
+                            Some(l) => Some(next_bound(l, decider, last_stored)),
+                            None => None,
+                        };
+                        last_stored = decider.stored;
+                        found
+                    }
+                };
+                // the solution and, when the layers met, their depths
+                let solved = match &found {
+                    SearchEnd::Met { key, forward, backward } => {
+                        Some((rebuild(&problem, backend, *key, *forward, *backward)?, Some((*forward, *backward))))
+                    }
+                    // the probe's layers are partial: the moves pass searches its own
+                    SearchEnd::Solved { pushes } => Some((pushes.clone(), None)),
+                    _ => None,
+                };
+                if let Some((pushes, met_at)) = solved {
+                    if !report.record_solution(&problem.board, &pushes) {
+                        return Err(EngineError::Internal("the solution found does not replay".into()));
+                    }
+                    // no push, no step: a solved start is optimal for both
+                    report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
+                    met = pushes.len();
+                    if let (Some(depths), Some(tape)) = (met_at.filter(|_| met > 0), tape.as_mut()) {
+                        let t0 = Instant::now();
+                        let result = moves_pass(&problem, backend, tape.as_mut(), depths, cancel, report);
+                        report.moves_seconds = t0.elapsed().as_secs_f64();
+                        moves_pass_end(report, result);
+                        met = 0; // done
+                    }
                 }
-            };
-            // the solution and, when the layers met, their depths
-            let solved = match &found {
-                SearchEnd::Met { key, forward, backward } => {
-                    Some((rebuild(&problem, backend, *key, *forward, *backward)?, Some((*forward, *backward))))
-                }
-                // the probe's layers are partial: the moves pass searches its own
-                SearchEnd::Solved { pushes } => Some((pushes.clone(), None)),
-                _ => None,
-            };
-            if let Some((pushes, met_at)) = solved {
-                if !report.record_solution(&problem.board, &pushes) {
-                    return Err(EngineError::Internal("the solution found does not replay".into()));
-                }
-                // no push, no step: a solved start is optimal for both
-                report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
-                met = pushes.len();
-                if let (Some(depths), Some(tape)) = (met_at.filter(|_| met > 0), tape.as_mut()) {
-                    let t0 = Instant::now();
-                    let result = moves_pass(&problem, backend, tape.as_mut(), depths, cancel, report);
-                    report.moves_seconds = t0.elapsed().as_secs_f64();
-                    moves_pass_end(report, result);
-                    met = 0; // done
-                }
-            }
-            end = Some(found);
-            Ok(())
-        })?;
+                end = Some(found);
+                Ok(())
+            },
+        )?;
         report.record_stats(&totals);
         if matches!(end, Some(SearchEnd::Limit)) && !gave_up && trial.is_some_and(|t| cap.is_none_or(|a| t < a)) {
             // the search outgrew the small tables: the same iteration again
@@ -543,10 +577,10 @@ fn search<K: StateKey, D: Deployment>(
             }
             report.small_tables_states = totals.stored;
             deployment.restart_iteration()?;
-            given.grow(deployment, board, Pass::Main { at_floor: false }, cancel, report)?;
+            given.grow(deployment, board, Pass::Main { at_floor: false, plain_try: None }, cancel, report)?;
             continue;
         }
-        if let (Some(SearchEnd::Limit), Some((budget, _))) = (&end, trying) {
+        if let (Some(SearchEnd::Limit), Some(PlainTry { budget, .. })) = (&end, trying) {
             if gave_up || asked.is_none_or(|a| budget < a) {
                 // the plain search needs more than its budget: the bounded
                 // search goes on with the bound it was to search next
@@ -1013,15 +1047,14 @@ fn next_bound(limit: u32, stats: &SearchStats, last: u64) -> u32 {
 /// the last one's growth says cannot finish (see [`Growth`]) is skipped, so
 /// that on levels where the plain search is hopeless (XSokoban, where it
 /// grows many times over per push) the tries cost only the first few small
-/// ones. A cluster job resumed in the middle of a try goes on with the plain
-/// search to the end (its log records the unbounded iteration, not the
-/// budget): never a wrong answer, but it may run out of time or states where
-/// the bounded search would not.
+/// ones. A deployment records a try with its pass ([`Pass::Main`]'s
+/// `plain_try`), so a cluster job resumed in the middle of one goes on with
+/// it, its budget and the bound after it ([`Resumed`]).
 #[derive(Default)]
 struct PlainTries {
     /// The try about to run, or running: its budget, and the bound the
     /// bounded search searches after it.
-    running: Option<(u64, u32)>,
+    running: Option<PlainTry>,
     /// States the failed tries stored (the solve keeps the rest).
     stored: u64,
     /// Bounded states after which the next try is due (0: [`TRY_FIRST`]).
@@ -1061,7 +1094,7 @@ impl PlainTries {
             tracing::debug!(budget, next, "plain try skipped: it would not finish");
             return None;
         }
-        self.running = Some((budget, next));
+        self.running = Some(PlainTry { budget, back_to: next });
         Some(budget)
     }
 
@@ -1071,7 +1104,7 @@ impl PlainTries {
     fn failed(&mut self, steps: &[(usize, u64)], stored: u64) -> Option<u32> {
         self.stored += stored;
         self.seen = Growth::of(steps).or(self.seen);
-        self.running.take().map(|(_, next)| next)
+        self.running.take().map(|t| t.back_to)
     }
 }
 
@@ -1222,7 +1255,7 @@ mod tests {
         // not again before the bounded search has four times the states
         assert_eq!(t.start(4 * TRY_FIRST - 1, 12, None), None);
         assert_eq!(t.start(4 * TRY_FIRST, 12, None), Some(32 * TRY_FIRST));
-        assert_eq!(t.running, Some((32 * TRY_FIRST, 12)));
+        assert_eq!(t.running, Some(PlainTry { budget: 32 * TRY_FIRST, back_to: 12 }));
         assert_eq!(t.failed(&[], 30 * TRY_FIRST), Some(12));
         // the failed tries' states, which the user's cap does not count
         assert_eq!(t.stored, 38 * TRY_FIRST);

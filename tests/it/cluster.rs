@@ -538,10 +538,10 @@ fn a_killed_worker_comes_back_and_the_job_finishes_with_the_same_answer() {
     assert!(log.contains("job resumes from the last completed layer"), "{}", c.logs());
 }
 
-/// A client that submits Microban I #3 and follows it to the end (`--json`).
-fn follow_level_3(c: &Cluster, extra: &[&str]) -> std::process::Child {
+/// A client that submits Microban I level `level` and follows it to the end (`--json`).
+fn follow_level(c: &Cluster, level: usize, extra: &[&str]) -> std::process::Child {
     Command::new(BIN)
-        .args(["submit", repo(MICROBAN).to_str().unwrap(), "--level", "3", "--json"])
+        .args(["submit", repo(MICROBAN).to_str().unwrap(), "--level", &level.to_string(), "--json"])
         .args(extra)
         .args(["--coordinator", &c.addr, "--token", TOKEN])
         .stdout(Stdio::piped())
@@ -558,7 +558,7 @@ fn ctrl_c_on_submit_cancels_the_job_and_prints_it() {
     let mut c = Cluster::start(&["--min-workers", "1", "--layer-delay-ms", "250"], &[]);
     c.start_worker(0);
     c.wait_workers(1);
-    let client = follow_level_3(&c, &[]);
+    let client = follow_level(&c, 3, &[]);
     let id = 1;
     c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 3 && job(st, id)["state"] == "running");
     let killed = Command::new("kill").args(["-INT", &client.id().to_string()]).status().unwrap();
@@ -660,13 +660,23 @@ fn a_worker_restarted_in_the_moves_pass_gets_its_partitions_rebuilt() {
 /// the job's status passes `ready`, and checks that the client rides it out
 /// and gets local mode's answer, resumed from the log.
 fn restart_mid_job(extra: &[&str], ready: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    restart_mid_level(3, 13, extra, ready)
+}
+
+/// [`restart_mid_job`] on level `level`, of `pushes` pushes.
+fn restart_mid_level(
+    level: usize,
+    pushes: u64,
+    extra: &[&str],
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let mut c = Cluster::start(&["--min-workers", "3", "--layer-delay-ms", "250"], &[]);
     for i in 0..3 {
         c.start_worker(i);
     }
     c.wait_workers(3);
     // a client follows the job across the restart
-    let mut client = follow_level_3(&c, extra);
+    let mut client = follow_level(&c, level, extra);
     let id = 1;
     c.wait_for("the job to be where the restart should hit it", 60, |st| ready(&job(st, id)));
     c.restart_coordinator();
@@ -685,11 +695,11 @@ fn restart_mid_job(extra: &[&str], ready: impl Fn(&serde_json::Value) -> bool) -
     let out = client.wait_with_output().unwrap();
     assert!(status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
     let g: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(g["pushes"], 13);
-    check_solution(3, g["solution"].as_str().unwrap(), 13);
+    assert_eq!(g["pushes"], pushes);
+    check_solution(level, g["solution"].as_str().unwrap(), pushes);
     let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
     assert!(log.contains("job resumes from the log"), "{}", c.logs());
-    let local = local_solve(&repo(MICROBAN), "3-3", extra);
+    let local = local_solve(&repo(MICROBAN), &format!("{level}-{level}"), extra);
     assert_eq!(g["solution"], local[0]["solution"]);
     // counted across the restart: every iteration's states once
     assert_eq!(g["states"], local[0]["states"]);
@@ -709,6 +719,28 @@ fn a_restarted_coordinator_resumes_the_bound_iteration_it_was_in() {
     // the restarted driver ran only what was left: the rest of iteration 13
     let bounds: Vec<u64> = g["iterations"].as_array().unwrap().iter().map(|i| i["bound"].as_u64().unwrap()).collect();
     assert_eq!(bounds, [13], "{g}");
+}
+
+/// Regression: a coordinator restarted during a plain try resumed it as the
+/// plain search with no budget (the log said only "no bound"). The log now
+/// keeps the try's budget and the bound after it: Microban I #150 (43
+/// pushes) searches 39 and 41, tries the plain search, which runs out, and
+/// solves at 43; restarted in the try, the job goes on with the try, which
+/// runs out as before, then 43, with every state counted once as in local
+/// mode (with the tables fixed at k = 2: a resumed job builds the larger
+/// tables at once, which the automatic choice builds only if the search
+/// outgrows the small ones).
+#[test]
+fn a_coordinator_restarted_in_a_plain_try_resumes_the_try_with_its_budget() {
+    let ready = |j: &serde_json::Value| j["plain_try"]["back_to"] == 43 && layers_done(j) >= 4;
+    let g = restart_mid_level(150, 43, &["--kpg", "2"], ready);
+    let after: Vec<(Option<u64>, &str)> = g["iterations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["bound"].as_u64(), i["search"].as_str().unwrap()))
+        .collect();
+    assert_eq!(after, [(None, "plain_try"), (Some(43), "layers")], "{g}");
 }
 
 /// The job log keeps each job in its own file: a record damaged while the

@@ -93,8 +93,11 @@ fn status_json(sh: &Shared) -> serde_json::Value {
             let s = Shared::status_of(e);
             let r = &e.rec;
             let depth = r.layers[0].len().saturating_sub(1) + r.layers[1].len().saturating_sub(1);
-            let expected = match (r.state, r.bound) {
-                (State::Running | State::Paused, Some(u)) => {
+            let expected = match (r.state, r.bound, r.plain_try) {
+                (State::Running | State::Paused, None, Some((budget, back_to))) => {
+                    format!("a plain try: it finishes or stops within {budget} states, then bound {back_to}")
+                }
+                (State::Running | State::Paused, Some(u), _) => {
                     let left = (u as usize).saturating_sub(depth);
                     // the iteration's seconds per layer so far; the layers
                     // grow, so the time left is likely more
@@ -105,7 +108,7 @@ fn status_json(sh: &Shared) -> serde_json::Value {
                         duration(left as f64 * pace)
                     )
                 }
-                (State::Running | State::Paused, None) => "unknown (the plain search has no bound)".into(),
+                (State::Running | State::Paused, None, None) => "unknown (the plain search has no bound)".into(),
                 _ => "-".into(),
             };
             serde_json::json!({
@@ -116,6 +119,7 @@ fn status_json(sh: &Shared) -> serde_json::Value {
                 "state": r.state,
                 "message": r.message,
                 "bound": r.bound,
+                "plain_try": r.plain_try.map(|(budget, back_to)| serde_json::json!({"budget": budget, "back_to": back_to})),
                 "stored": s.stored,
                 "rate": s.rate,
                 "seconds": s.seconds,

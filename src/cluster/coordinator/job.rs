@@ -8,8 +8,8 @@ use super::backend::{ClusterBackend, Phase};
 use super::tables::{tables_for, tables_path, JobTables};
 use super::{Kind, Shared, State};
 use crate::engine::driver::{
-    probe_cap, solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource, PROBE_AFTER,
-    PROBE_MAX,
+    probe_cap, solve, BoundSpec, Deployment, Objective, Observers, Pass, PlainTry, Resumed, SolveSpec, TableSource,
+    PROBE_AFTER, PROBE_MAX,
 };
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::moves::Tape;
@@ -196,17 +196,21 @@ impl Deployment for ClusterDeployment<'_> {
                     .map_err(engine_error)?;
             return search(&mut backend);
         }
-        let at_floor = matches!(pass, Pass::Main { at_floor: true });
-        if rec.bound != limit || rec.at_floor != at_floor {
+        let (at_floor, plain_try) = match pass {
+            Pass::Main { at_floor, plain_try } => (at_floor, plain_try.map(|t| (t.budget, t.back_to))),
+            Pass::Moves => (false, None),
+        };
+        if rec.bound != limit || rec.at_floor != at_floor || rec.plain_try != plain_try {
             // a new iteration of the bounded search: its layers start afresh
             // (the workers keep none of the last one's: they are told 0
             // layers); the same one resumed keeps them
-            let fresh = rec.bound != limit;
+            let fresh = rec.bound != limit || rec.plain_try != plain_try;
             self.sh
                 .update(self.id, true, |r| {
                     r.at_floor = at_floor;
                     if fresh {
                         r.bound = limit;
+                        r.plain_try = plain_try;
                         r.layers = [Vec::new(), Vec::new()];
                         r.meeting = None;
                     }
@@ -232,10 +236,21 @@ impl Deployment for ClusterDeployment<'_> {
     }
 
     fn resumed(&self) -> Option<Resumed> {
-        // the iteration whose layers the log holds, if any
+        // the iteration the log names: one with layers, or a bounded one
+        // or a try begun (bounds below it are proven too small); a plain
+        // search with no layers yet is searched again from the start bound
         let rec = self.sh.record(self.id)?;
-        (!rec.layers[0].is_empty() || !rec.layers[1].is_empty())
-            .then_some(Resumed { bound: rec.bound, at_floor: rec.at_floor })
+        let layers = !rec.layers[0].is_empty() || !rec.layers[1].is_empty();
+        let plain_try = rec.plain_try.map(|(budget, back_to)| PlainTry { budget, back_to });
+        match plain_try {
+            // a try that ran out, its layers dropped: the bound after it
+            Some(t) if !layers => Some(Resumed { bound: Some(t.back_to), at_floor: rec.at_floor, plain_try: None }),
+            _ => (layers || rec.bound.is_some()).then_some(Resumed {
+                bound: rec.bound,
+                at_floor: rec.at_floor,
+                plain_try,
+            }),
+        }
     }
 
     fn finish_report(&mut self, report: &mut SolveReport) {

@@ -213,6 +213,7 @@ impl Shared {
             forward_layers: r.layers[0].len() as u32,
             backward_layers: r.layers[1].len() as u32,
             bound: r.bound,
+            plain_try: r.plain_try.map(|(budget, back_to)| PlainTry { budget, back_to }),
         }
     }
 
@@ -807,22 +808,28 @@ mod tests {
     }
 
     /// Whether a resumed iteration's bound is at the floor (so its probe may
-    /// answer it) is kept with its layers; a record written before it was
-    /// kept reads as not at the floor (the probe waits for a proven bound).
+    /// answer it) is kept with its layers, as is a plain try's budget and
+    /// bound to go back to; a record written before they were kept reads as
+    /// not at the floor (the probe waits for a proven bound) and no try.
     #[test]
-    fn a_record_keeps_whether_its_iteration_is_at_the_floor() {
+    fn a_record_keeps_whether_its_iteration_is_at_the_floor_or_a_plain_try() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
         let mut at = record(1);
         (at.bound, at.at_floor) = (Some(13), true);
         persist::write(&job_path(dir.path(), 1), RECORD_MAGIC, RECORD_VERSION, &at).unwrap();
         let mut old = serde_json::to_value(record(2)).unwrap();
-        old.as_object_mut().unwrap().remove("at_floor").expect("the field is written");
+        for field in ["at_floor", "plain_try"] {
+            old.as_object_mut().unwrap().remove(field).expect("the field is written");
+        }
         old["bound"] = serde_json::json!(13);
         persist::write(&job_path(dir.path(), 2), RECORD_MAGIC, RECORD_VERSION, &old).unwrap();
+        let mut trying = record(3);
+        (trying.at_floor, trying.plain_try) = (true, Some((8_000, 15)));
+        persist::write(&job_path(dir.path(), 3), RECORD_MAGIC, RECORD_VERSION, &trying).unwrap();
         let (jobs, _) = load_jobs(dir.path()).unwrap();
-        let kept: Vec<(Option<u32>, bool)> = jobs.iter().map(|r| (r.bound, r.at_floor)).collect();
-        assert_eq!(kept, [(Some(13), true), (Some(13), false)]);
+        let kept: Vec<_> = jobs.iter().map(|r| (r.bound, r.at_floor, r.plain_try)).collect();
+        assert_eq!(kept, [(Some(13), true, None), (Some(13), false, None), (None, true, Some((8_000, 15)))]);
     }
 
     #[test]

@@ -184,6 +184,11 @@ pub struct JobRecord {
     /// job resumes without a probe until an iteration proves its bound.
     #[serde(default)]
     pub at_floor: bool,
+    /// The running iteration is a plain try (`bound` is `None`): its budget
+    /// and the bound the bounded search goes back to if it runs out, which
+    /// `at_floor` then speaks of.
+    #[serde(default)]
+    pub plain_try: Option<(u64, u32)>,
 }
 
 impl JobRecord {
@@ -216,6 +221,7 @@ impl JobRecord {
             kpg_seconds: 0.0,
             bound: None,
             at_floor: false,
+            plain_try: None,
         }
     }
 }
