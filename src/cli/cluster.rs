@@ -257,6 +257,8 @@ pub fn run_worker(a: WorkerArgs) -> Result<ExitCode> {
     };
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     anyhow::ensure!(threads >= 1, "--threads must be at least 1");
+    // a worker always runs under its memory budget
+    sokoshard::sys::release_large_frees(threads);
     rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().context("starting worker threads")?;
     let cfg = WorkerConfig {
         join: a.join,

@@ -172,14 +172,14 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(dir) = &args.spill_dir {
         check_spill_base(dir)?;
     }
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    anyhow::ensure!(threads >= 1, "--threads must be at least 1");
     if args.mem.is_some() || args.spill_dir.is_some() {
-        sokoshard::sys::release_large_frees();
+        sokoshard::sys::release_large_frees(threads);
     }
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
     let picked = args.select.pick(&all, &source)?;
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    anyhow::ensure!(threads >= 1, "--threads must be at least 1");
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("starting worker threads")?;
     let _ = ctrlc::set_handler(|| {
         INTERRUPTED.store(true, Ordering::SeqCst);
