@@ -447,8 +447,11 @@ fn search<K: StateKey, D: Deployment>(
         // are a hedge the user did not ask for (a try's own cap is below it)
         let asked = spec.max_states.map(|m| m.saturating_sub(totals.stored - tries.stored));
         let cap = tighter(asked, trying.map(|t| t.budget));
-        // the larger tables pay for the bounded search's states, not a try's
-        let trial = given.trial_left(totals.stored - tries.stored).filter(|_| trying.is_none());
+        // the larger tables pay once a search stores about what they cost:
+        // the bounded search counts its iterations together, a try (which is
+        // the plain search) its own states, so it grows them as the plain
+        // search would
+        let trial = given.trial_left(if trying.is_some() { 0 } else { totals.stored - tries.stored });
         let max_states = tighter(cap, trial);
         let limits = Limits { cancel, max_states, bound: limit };
         let mut end = None;

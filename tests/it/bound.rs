@@ -470,7 +470,12 @@ fn searches(level: &str, pushes: u64) -> (serde_json::Value, Vec<(Option<u64>, S
 
 /// [`searches`] with more arguments.
 fn searches_with(level: &str, pushes: u64, more: &[&str]) -> (serde_json::Value, Vec<(Option<u64>, String)>) {
-    let file = repo("levels/Microban_155.xsb");
+    searches_in("levels/Microban_155.xsb", level, pushes, more)
+}
+
+/// [`searches_with`] on the collection at `path` in the repository.
+fn searches_in(path: &str, level: &str, pushes: u64, more: &[&str]) -> (serde_json::Value, Vec<(Option<u64>, String)>) {
+    let file = repo(path);
     let mut args = vec!["solve", file.to_str().unwrap(), "--level", level, "--objective", "pushes", "--json"];
     args.extend_from_slice(more);
     let (code, v) = cli(&args);
@@ -522,6 +527,24 @@ fn max_states_counts_the_states_kept_not_a_failed_plain_try() {
     let (capped, its) = searches_with("98", 110, &["--max-states", &cap.to_string()]);
     assert!(its.contains(&(None, "plain_try".to_string())), "{capped}");
     assert!(failed(&capped) > 0 && capped["states"].as_u64().unwrap() - failed(&capped) <= cap, "{capped}");
+}
+
+/// Regression: the small k-PG tables' trial counted only the bounded
+/// search's states and never cut a plain try, so a try went on with the
+/// small tables where the plain search would have built the larger ones:
+/// on Microban II #124 (30 pushes) the last try stored 1.14 million states
+/// under k = 2, where `--no-bound` outgrows them after 167 thousand and
+/// finishes with 60 thousand more. A try now grows the tables as the plain
+/// search does, counting its own states: it is cut (`"outgrown"`, its bound
+/// null) and searched again with the larger tables.
+#[test]
+fn a_plain_try_grows_the_tables_as_the_plain_search_would() {
+    let (v, its) = searches_in("levels/Microban_II_135.xsb", "124", 30, &[]);
+    let last = its.len() - 1;
+    assert_eq!(its[last - 1..], [(None, "outgrown".to_string()), (None, "plain_try".to_string())], "{v}");
+    assert!(v["kpg"].as_u64().unwrap() > 2, "{v}");
+    // 617 thousand when written; 1.53 million before
+    assert!(v["states"].as_u64().unwrap() < 1_000_000, "{v}");
 }
 
 /// Regression: where the bound drops little of a small state space, the
@@ -598,10 +621,7 @@ fn a_probe_the_layers_beat_gets_half_the_share_in_the_next_iteration() {
 /// a small one that drops under 5% hands over as a large weak one does.
 #[test]
 fn small_iterations_that_drop_almost_nothing_hand_over_to_the_plain_search() {
-    let file = repo("levels/Microban_II_135.xsb");
-    let (code, v) = cli(&["solve", file.to_str().unwrap(), "--level", "135", "--objective", "pushes", "--json"]);
-    assert_eq!((code, &v["pushes"]), (0, &serde_json::json!(591)), "{v}");
-    let its = iterations(&v);
+    let (v, its) = searches_in("levels/Microban_II_135.xsb", "135", 591, &[]);
     assert_eq!(its.last().unwrap().0, None, "{v}");
     assert!(its.len() < 150, "{} iterations", its.len());
     assert!(v["states"].as_u64().unwrap() < 20_000, "{v}");
