@@ -5,6 +5,7 @@
 use super::net::{CoordinatorRpc, NetConfig};
 use super::proto::*;
 use super::{ClusterError, PROTOCOL_VERSION};
+use crate::engine::driver::PlainTry as EnginePlainTry;
 use crate::engine::kpg::KStats;
 use crate::engine::report::{BoundIteration, IterationSearch, Objective, SolveReport, Status};
 use crate::model::key::KeyWidth;
@@ -38,18 +39,11 @@ pub struct JobView {
     pub bound: Option<u32>,
     /// Set while the running iteration is a plain try between bound
     /// iterations: its state budget, and the bound searched next if it runs out.
-    pub plain_try: Option<PlainTryView>,
+    pub plain_try: Option<EnginePlainTry>,
     pub result: Option<SolveReport>,
     /// A queued job's place in the queue (1: runs next); the coordinator runs
     /// one job at a time, the oldest unfinished first.
     pub queue_position: Option<u32>,
-}
-
-/// A plain try's budget and the bound after it, as `JobView` shows them.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct PlainTryView {
-    pub budget: u64,
-    pub back_to: u32,
 }
 
 impl JobView {
@@ -207,7 +201,7 @@ fn job_view(s: &JobStatus) -> JobView {
         keys_exchanged: s.keys_exchanged,
         bytes_exchanged: s.bytes_exchanged,
         bound: s.bound,
-        plain_try: s.plain_try.as_ref().map(|t| PlainTryView { budget: t.budget, back_to: t.back_to }),
+        plain_try: s.plain_try.as_ref().map(|t| EnginePlainTry { budget: t.budget, back_to: t.back_to }),
         result: s.result.as_ref().map(report_of),
         queue_position: None,
     }

@@ -70,7 +70,7 @@ pub enum Pass {
 /// A plain try between bound iterations (see `PlainTries`): the states it
 /// may store, and the bound the bounded search searches after it if it
 /// runs out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PlainTry {
     pub budget: u64,
     pub back_to: u32,
@@ -445,13 +445,13 @@ fn search<K: StateKey, D: Deployment>(
         let problem = Problem::<K>::full(board.clone(), spec.pruning, given.patterns()).with_bound(bound);
         // the user's cap counts the states the solve keeps: a failed try's
         // are a hedge the user did not ask for (a try's own cap is below it)
-        let asked = spec.max_states.map(|m| m.saturating_sub(totals.stored - tries.stored));
+        let asked = spec.max_states.map(|m| m.saturating_sub(tries.kept(&totals)));
         let cap = tighter(asked, trying.map(|t| t.budget));
         // the larger tables pay once a search stores about what they cost:
         // the bounded search counts its iterations together, a try (which is
         // the plain search) its own states, so it grows them as the plain
         // search would
-        let trial = given.trial_left(if trying.is_some() { 0 } else { totals.stored - tries.stored });
+        let trial = given.trial_left(if trying.is_some() { 0 } else { tries.kept(&totals) });
         let max_states = tighter(cap, trial);
         let limits = Limits { cancel, max_states, bound: limit };
         let mut end = None;
@@ -473,103 +473,97 @@ fn search<K: StateKey, D: Deployment>(
             Some(t) => floor == Some(t.back_to),
             None => probing,
         };
-        deployment.search(
-            Pass::Main { at_floor, plain_try: trying },
-            &problem,
-            tables.as_ref(),
-            cancel,
-            &mut |backend| {
-                let found = match backend.resumed_meeting() {
-                    Some(end) => end,
-                    None => {
-                        let (starts, goals) = seeds(&problem);
-                        let depths = |b: &dyn LayerBackend<K>| b.layers(Side::Forward) + b.layers(Side::Backward) - 2;
-                        let mut between = |backend: &mut dyn LayerBackend<K>, layers: &SearchStats| {
-                            if let Some(t) = trying {
-                                steps.push((depths(backend), layers.stored));
-                                if hopeless(&steps, t.budget, t.back_to) {
-                                    gave_up = true;
-                                    return Ok(Some(SearchEnd::Limit));
-                                }
+        let pass = Pass::Main { at_floor, plain_try: trying };
+        deployment.search(pass, &problem, tables.as_ref(), cancel, &mut |backend| {
+            let found = match backend.resumed_meeting() {
+                Some(end) => end,
+                None => {
+                    let (starts, goals) = seeds(&problem);
+                    let depths = |b: &dyn LayerBackend<K>| b.layers(Side::Forward) + b.layers(Side::Backward) - 2;
+                    let mut between = |backend: &mut dyn LayerBackend<K>, layers: &SearchStats| {
+                        if let Some(t) = trying {
+                            steps.push((depths(backend), layers.stored));
+                            if hopeless(&steps, t.budget, t.back_to) {
+                                gave_up = true;
+                                return Ok(Some(SearchEnd::Limit));
                             }
-                            probes.between(&problem, &starts, backend, layers, cancel, progress)
-                        };
-                        let (found, stats) =
-                            bidirectional_with(backend, &starts, &goals, &limits, progress, &mut between)?;
-                        if trying.is_some() {
-                            steps.push((depths(backend), stats.stored));
                         }
-                        add(&mut totals, &stats);
-                        add_probe(&mut totals, &probes.stats, stats.peak_memory_bytes);
-                        // the search that decided the iteration says how the next one steps
-                        let decider = if probes.decided { &probes.stats } else { &stats };
-                        if lower.is_some() {
-                            report.iterations.push(BoundIteration {
-                                bound: limit,
-                                states: stats.stored + probes.stats.stored,
-                                generated: stats.generated + probes.stats.generated,
-                                pruned: decider.bound_pruned(),
-                                seconds: t0.elapsed().as_secs_f64(),
-                                search: match (trying, probes.decided) {
-                                    (Some(_), _) => IterationSearch::PlainTry,
-                                    (None, true) => IterationSearch::Probe,
-                                    (None, false) => IterationSearch::Layers,
-                                },
-                                probe_states: probes.stats.stored,
-                                probe_generated: probes.stats.generated,
-                            });
-                            tracing::info!(
-                                bound = limit,
-                                states = stats.stored,
-                                probe_states = probes.stats.stored,
-                                pruned = decider.bound_pruned(),
-                                "bound iteration done"
-                            );
+                        probes.between(&problem, &starts, backend, layers, cancel, progress)
+                    };
+                    let (found, stats) = bidirectional_with(backend, &starts, &goals, &limits, progress, &mut between)?;
+                    if trying.is_some() {
+                        steps.push((depths(backend), stats.stored));
+                    }
+                    add(&mut totals, &stats);
+                    add_probe(&mut totals, &probes.stats, stats.peak_memory_bytes);
+                    // the search that decided the iteration says how the next one steps
+                    let decider = if probes.decided { &probes.stats } else { &stats };
+                    if lower.is_some() {
+                        report.iterations.push(BoundIteration {
+                            bound: limit,
+                            states: stats.stored + probes.stats.stored,
+                            generated: stats.generated + probes.stats.generated,
+                            pruned: decider.bound_pruned(),
+                            seconds: t0.elapsed().as_secs_f64(),
+                            search: match (trying, probes.decided) {
+                                (Some(_), _) => IterationSearch::PlainTry,
+                                (None, true) => IterationSearch::Probe,
+                                (None, false) => IterationSearch::Layers,
+                            },
+                            probe_states: probes.stats.stored,
+                            probe_generated: probes.stats.generated,
+                        });
+                        tracing::info!(
+                            bound = limit,
+                            states = stats.stored,
+                            probe_states = probes.stats.stored,
+                            pruned = decider.bound_pruned(),
+                            "bound iteration done"
+                        );
+                    }
+                    next_limit = match limit {
+                        // a bound that drops little costs its matchings and saves
+                        // few states: the rest is the plain search, after one
+                        // iteration at the floor, where the probe runs (see `weak`)
+                        Some(_) if tried => None,
+                        Some(l) if weak(decider, totals.stored) => {
+                            tried = true;
+                            Some(l + 2)
                         }
-                        next_limit = match limit {
-                            // a bound that drops little costs its matchings and saves
-                            // few states: the rest is the plain search, after one
-                            // iteration at the floor, where the probe runs (see `weak`)
-                            Some(_) if tried => None,
-                            Some(l) if weak(decider, totals.stored) => {
-                                tried = true;
-                                Some(l + 2)
-                            }
-                            Some(l) => Some(next_bound(l, decider, last_stored)),
-                            None => None,
-                        };
-                        last_stored = decider.stored;
-                        found
-                    }
-                };
-                // the solution and, when the layers met, their depths
-                let solved = match &found {
-                    SearchEnd::Met { key, forward, backward } => {
-                        Some((rebuild(&problem, backend, *key, *forward, *backward)?, Some((*forward, *backward))))
-                    }
-                    // the probe's layers are partial: the moves pass searches its own
-                    SearchEnd::Solved { pushes } => Some((pushes.clone(), None)),
-                    _ => None,
-                };
-                if let Some((pushes, met_at)) = solved {
-                    if !report.record_solution(&problem.board, &pushes) {
-                        return Err(EngineError::Internal("the solution found does not replay".into()));
-                    }
-                    // no push, no step: a solved start is optimal for both
-                    report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
-                    met = pushes.len();
-                    if let (Some(depths), Some(tape)) = (met_at.filter(|_| met > 0), tape.as_mut()) {
-                        let t0 = Instant::now();
-                        let result = moves_pass(&problem, backend, tape.as_mut(), depths, cancel, report);
-                        report.moves_seconds = t0.elapsed().as_secs_f64();
-                        moves_pass_end(report, result);
-                        met = 0; // done
-                    }
+                        Some(l) => Some(next_bound(l, decider, last_stored)),
+                        None => None,
+                    };
+                    last_stored = decider.stored;
+                    found
                 }
-                end = Some(found);
-                Ok(())
-            },
-        )?;
+            };
+            // the solution and, when the layers met, their depths
+            let solved = match &found {
+                SearchEnd::Met { key, forward, backward } => {
+                    Some((rebuild(&problem, backend, *key, *forward, *backward)?, Some((*forward, *backward))))
+                }
+                // the probe's layers are partial: the moves pass searches its own
+                SearchEnd::Solved { pushes } => Some((pushes.clone(), None)),
+                _ => None,
+            };
+            if let Some((pushes, met_at)) = solved {
+                if !report.record_solution(&problem.board, &pushes) {
+                    return Err(EngineError::Internal("the solution found does not replay".into()));
+                }
+                // no push, no step: a solved start is optimal for both
+                report.objective = Some(if pushes.is_empty() { spec.objective } else { Objective::Pushes });
+                met = pushes.len();
+                if let (Some(depths), Some(tape)) = (met_at.filter(|_| met > 0), tape.as_mut()) {
+                    let t0 = Instant::now();
+                    let result = moves_pass(&problem, backend, tape.as_mut(), depths, cancel, report);
+                    report.moves_seconds = t0.elapsed().as_secs_f64();
+                    moves_pass_end(report, result);
+                    met = 0; // done
+                }
+            }
+            end = Some(found);
+            Ok(())
+        })?;
         report.record_stats(&totals);
         if matches!(end, Some(SearchEnd::Limit)) && !gave_up && trial.is_some_and(|t| cap.is_none_or(|a| t < a)) {
             // the search outgrew the small tables: the same iteration again
@@ -598,7 +592,7 @@ fn search<K: StateKey, D: Deployment>(
             Some(SearchEnd::Met { .. } | SearchEnd::Solved { .. }) => {
                 if spec.objective == Objective::PushesMoves && met > 0 {
                     let (t0, tables_before) = (Instant::now(), report.kpg_seconds);
-                    let kept = totals.stored - tries.stored;
+                    let kept = tries.kept(&totals);
                     let moves = MovesSearch { board, spec, lower: &lower, pushes: met, kept };
                     // the moves pass's search may outgrow the small tables too
                     let trial = given.grow.as_ref().map(|g| g.trial);
@@ -624,8 +618,8 @@ fn search<K: StateKey, D: Deployment>(
                     divisor = next_divisor(divisor, probes.decided);
                 }
                 if let Some(next) = limit {
-                    let room = spec.max_states.map(|m| m.saturating_sub(totals.stored - tries.stored));
-                    if let Some(budget) = tries.start(totals.stored - tries.stored, next, room) {
+                    let room = spec.max_states.map(|m| m.saturating_sub(tries.kept(&totals)));
+                    if let Some(budget) = tries.start(tries.kept(&totals), next, room) {
                         tracing::info!(budget, next, "trying the plain search");
                         limit = None;
                     }
@@ -1080,6 +1074,12 @@ const TRY_EVERY: u64 = 4;
 const TRY_GATE: f64 = 16.0;
 
 impl PlainTries {
+    /// The states of the solve's searches so far that it keeps: all but the
+    /// failed tries'.
+    fn kept(&self, totals: &SearchStats) -> u64 {
+        totals.stored - self.stored
+    }
+
     /// Whether to try the plain search now, after a bounded iteration, with
     /// `spent` bounded states so far, `next` the next bound and `room` the
     /// states the solve may still store: the try's budget if so.

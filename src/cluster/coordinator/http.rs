@@ -94,8 +94,8 @@ fn status_json(sh: &Shared) -> serde_json::Value {
             let r = &e.rec;
             let depth = r.layers[0].len().saturating_sub(1) + r.layers[1].len().saturating_sub(1);
             let expected = match (r.state, r.bound, r.plain_try) {
-                (State::Running | State::Paused, None, Some((budget, back_to))) => {
-                    format!("a plain try: it finishes or stops within {budget} states, then bound {back_to}")
+                (State::Running | State::Paused, None, Some(t)) => {
+                    format!("a plain try: it finishes or stops within {} states, then bound {}", t.budget, t.back_to)
                 }
                 (State::Running | State::Paused, Some(u), _) => {
                     let left = (u as usize).saturating_sub(depth);
@@ -119,7 +119,7 @@ fn status_json(sh: &Shared) -> serde_json::Value {
                 "state": r.state,
                 "message": r.message,
                 "bound": r.bound,
-                "plain_try": r.plain_try.map(|(budget, back_to)| serde_json::json!({"budget": budget, "back_to": back_to})),
+                "plain_try": r.plain_try,
                 "stored": s.stored,
                 "rate": s.rate,
                 "seconds": s.seconds,

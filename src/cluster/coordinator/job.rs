@@ -8,8 +8,8 @@ use super::backend::{ClusterBackend, Phase};
 use super::tables::{tables_for, tables_path, JobTables};
 use super::{Kind, Shared, State};
 use crate::engine::driver::{
-    probe_cap, solve, BoundSpec, Deployment, Objective, Observers, Pass, PlainTry, Resumed, SolveSpec, TableSource,
-    PROBE_AFTER, PROBE_MAX,
+    probe_cap, solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource, PROBE_AFTER,
+    PROBE_MAX,
 };
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::moves::Tape;
@@ -197,7 +197,7 @@ impl Deployment for ClusterDeployment<'_> {
             return search(&mut backend);
         }
         let (at_floor, plain_try) = match pass {
-            Pass::Main { at_floor, plain_try } => (at_floor, plain_try.map(|t| (t.budget, t.back_to))),
+            Pass::Main { at_floor, plain_try } => (at_floor, plain_try),
             Pass::Moves => (false, None),
         };
         if rec.bound != limit || rec.at_floor != at_floor || rec.plain_try != plain_try {
@@ -241,14 +241,13 @@ impl Deployment for ClusterDeployment<'_> {
         // search with no layers yet is searched again from the start bound
         let rec = self.sh.record(self.id)?;
         let layers = !rec.layers[0].is_empty() || !rec.layers[1].is_empty();
-        let plain_try = rec.plain_try.map(|(budget, back_to)| PlainTry { budget, back_to });
-        match plain_try {
+        match rec.plain_try {
             // a try that ran out, its layers dropped: the bound after it
             Some(t) if !layers => Some(Resumed { bound: Some(t.back_to), at_floor: rec.at_floor, plain_try: None }),
             _ => (layers || rec.bound.is_some()).then_some(Resumed {
                 bound: rec.bound,
                 at_floor: rec.at_floor,
-                plain_try,
+                plain_try: rec.plain_try,
             }),
         }
     }

@@ -213,7 +213,7 @@ impl Shared {
             forward_layers: r.layers[0].len() as u32,
             backward_layers: r.layers[1].len() as u32,
             bound: r.bound,
-            plain_try: r.plain_try.map(|(budget, back_to)| PlainTry { budget, back_to }),
+            plain_try: r.plain_try.map(|t| PlainTry { budget: t.budget, back_to: t.back_to }),
         }
     }
 
@@ -825,11 +825,12 @@ mod tests {
         old["bound"] = serde_json::json!(13);
         persist::write(&job_path(dir.path(), 2), RECORD_MAGIC, RECORD_VERSION, &old).unwrap();
         let mut trying = record(3);
-        (trying.at_floor, trying.plain_try) = (true, Some((8_000, 15)));
+        let plain_try = Some(crate::engine::driver::PlainTry { budget: 8_000, back_to: 15 });
+        (trying.at_floor, trying.plain_try) = (true, plain_try);
         persist::write(&job_path(dir.path(), 3), RECORD_MAGIC, RECORD_VERSION, &trying).unwrap();
         let (jobs, _) = load_jobs(dir.path()).unwrap();
         let kept: Vec<_> = jobs.iter().map(|r| (r.bound, r.at_floor, r.plain_try)).collect();
-        assert_eq!(kept, [(Some(13), true, None), (Some(13), false, None), (None, true, Some((8_000, 15)))]);
+        assert_eq!(kept, [(Some(13), true, None), (Some(13), false, None), (None, true, plain_try)]);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use super::super::proto::{BoundIteration, JobKind, JobOptions, JobState, SolveResult};
 use super::super::ClusterError;
+use crate::engine::driver::PlainTry;
 use crate::engine::report::{IterationSearch, SolveReport};
 use crate::engine::Side;
 use crate::model::key::KeyWidth;
@@ -188,7 +189,7 @@ pub struct JobRecord {
     /// and the bound the bounded search goes back to if it runs out, which
     /// `at_floor` then speaks of.
     #[serde(default)]
-    pub plain_try: Option<(u64, u32)>,
+    pub plain_try: Option<PlainTry>,
 }
 
 impl JobRecord {
