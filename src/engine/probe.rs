@@ -58,11 +58,11 @@ use super::search::{LayerBackend, NoProgress, ProbeEvent, Progress};
 use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
 use crate::model::rules::{BoxMove, Scratch};
-use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// States expanded together, on every thread; fixed, so that the order of
@@ -238,17 +238,60 @@ impl<K: StateKey> Probe<K> {
     /// backward layers `0..=J` are whole: a successor at a depth `d` with
     /// `U - d <= J` is looked up in backward layer `U - d` (see the module's
     /// "The perimeter") and either joins it to a solution or is dropped.
+    ///
+    /// With more than one thread, each batch is split among helper threads
+    /// that live for this run: they spin between batches and sleep on a
+    /// condition variable when none comes for about a millisecond. A batch
+    /// is a few hundred microseconds of work, less than a sleeping rayon
+    /// worker takes to wake, so on the pool the other threads joined too
+    /// late to help (two threads expanded no faster than one; measured in
+    /// `docs/benchmarks.md`). The pool is idle meanwhile: the probe runs
+    /// between the layered steps, never beside them.
     pub fn run(
         &mut self,
         problem: &Problem<K>,
         budget: u64,
         cancel: &AtomicBool,
         progress: &dyn Progress,
-        mut layers: Option<&mut dyn LayerBackend<K>>,
+        layers: Option<&mut dyn LayerBackend<K>>,
     ) -> Result<ProbeEnd, EngineError> {
         if let Some(end) = &self.over {
             return Ok(end.clone());
         }
+        let helpers: Vec<(Scratch, Excess)> = self.scratch.drain(1..).collect();
+        if helpers.is_empty() {
+            return self.run_with(problem, budget, cancel, progress, layers, &[]);
+        }
+        let shares: Vec<Share<K>> = helpers.iter().map(|_| Share::default()).collect();
+        let (end, back) = std::thread::scope(|s| {
+            let handles: Vec<_> =
+                helpers.into_iter().zip(&shares).map(|(sc, share)| s.spawn(move || share.serve(problem, sc))).collect();
+            let end = {
+                // the helpers stop however the run ends (a panic included)
+                let _stop = Finish(&shares);
+                self.run_with(problem, budget, cancel, progress, layers, &shares)
+            };
+            let back: Vec<_> = handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect();
+            (end, back)
+        });
+        self.scratch.extend(back);
+        end
+    }
+
+    /// [`run`](Self::run) on this thread, with `shares` expanding their part
+    /// of each batch.
+    fn run_with(
+        &mut self,
+        problem: &Problem<K>,
+        budget: u64,
+        cancel: &AtomicBool,
+        progress: &dyn Progress,
+        mut layers: Option<&mut dyn LayerBackend<K>>,
+        shares: &[Share<K>],
+    ) -> Result<ProbeEnd, EngineError> {
         let limit = problem.bound.as_ref().map(|b| b.limit);
         let (mut taken, mut batch) = (Vec::new(), Vec::new());
         let mut next_report = self.stats.expanded + REPORT_EVERY;
@@ -288,17 +331,15 @@ impl<K: StateKey> Probe<K> {
                 break ProbeEnd::Exhausted;
             }
             self.stats.expanded += batch.len() as u64;
-            let per = batch.len().div_ceil(self.scratch.len());
-            batch.par_chunks(per).zip(self.scratch.par_iter_mut()).zip(self.outs.par_iter_mut()).for_each(
-                |((chunk, (sc, excess)), out)| {
-                    out.clear();
-                    for &(node, depth, parent_f, key) in chunk {
-                        problem.expand_scored(Side::Forward, &key, sc, depth + 1, excess, |key, push, h| {
-                            out.push(Found { key, push, h, parent: node, parent_f })
-                        });
-                    }
-                },
-            );
+            let per = batch.len().div_ceil(shares.len() + 1);
+            let mut chunks = batch.chunks(per);
+            let mine = chunks.next().unwrap_or(&[]);
+            let posted: Vec<u64> = shares.iter().zip(chunks).map(|(share, chunk)| share.post(chunk)).collect();
+            let (sc, excess) = &mut self.scratch[0];
+            expand_into(problem, mine, sc, excess, &mut self.outs[0]);
+            for (i, (share, seq)) in shares.iter().zip(posted).enumerate() {
+                share.collect(seq, &mut self.outs[i + 1]);
+            }
             // one open key's states: one depth
             let depth = batch[0].1;
             let perimeter = match (layers.as_deref_mut(), limit) {
@@ -404,6 +445,141 @@ impl<K: StateKey> Probe<K> {
         let slot = (std::mem::size_of::<K>() + std::mem::size_of::<u32>() + 1) as u64;
         stats.memory_bytes = self.nodes.capacity() as u64 * node + self.index.capacity() as u64 * slot;
         stats
+    }
+}
+
+/// A batch's states, as (node, depth, parent's order, key).
+type Taken<K> = (u32, u32, u32, K);
+
+/// Expands `states` into `out` (cleared first), in order.
+fn expand_into<K: StateKey>(
+    problem: &Problem<K>,
+    states: &[Taken<K>],
+    sc: &mut Scratch,
+    excess: &mut Excess,
+    out: &mut Vec<Found<K>>,
+) {
+    out.clear();
+    for &(node, depth, parent_f, key) in states {
+        problem.expand_scored(Side::Forward, &key, sc, depth + 1, excess, |key, push, h| {
+            out.push(Found { key, push, h, parent: node, parent_f })
+        });
+    }
+}
+
+/// A helper's states and their successors.
+type Job<K> = (Vec<Taken<K>>, Vec<Found<K>>);
+
+/// A helper thread's part of each batch (see [`Probe::run`]): the states
+/// the probe's thread hands over, and their successors handed back.
+struct Share<K> {
+    /// Batches posted, batches done, and the end of the run: read without
+    /// the lock while spinning, written under it.
+    posted: AtomicU64,
+    done: AtomicU64,
+    stop: AtomicBool,
+    job: Mutex<Job<K>>,
+    changed: Condvar,
+}
+
+impl<K> Default for Share<K> {
+    fn default() -> Self {
+        Share {
+            posted: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            job: Mutex::new((Vec::new(), Vec::new())),
+            changed: Condvar::new(),
+        }
+    }
+}
+
+/// How long a wait spins before it sleeps on the condition variable
+/// (`spin_loop` hints; about a millisecond): longer than the merge of a
+/// batch, so a helper waiting for the next batch is awake when it comes.
+const SPINS: u32 = 1 << 15;
+
+impl<K: StateKey> Share<K> {
+    fn job(&self) -> MutexGuard<'_, Job<K>> {
+        // a panic on the other side is passed on by the scope; the data is
+        // a batch's, rebuilt every time
+        self.job.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Waits, spinning first, until `ready` holds (it reads the atomics,
+    /// which change only under the lock, so a sleep misses no change).
+    fn wait(&self, ready: impl Fn() -> bool) {
+        for _ in 0..SPINS {
+            if ready() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        let mut job = self.job();
+        while !ready() {
+            job = self.changed.wait(job).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    /// Hands `chunk` to the helper: the number of its batch.
+    fn post(&self, chunk: &[Taken<K>]) -> u64 {
+        let seq = {
+            let mut job = self.job();
+            job.0.clear();
+            job.0.extend_from_slice(chunk);
+            self.posted.fetch_add(1, Ordering::AcqRel) + 1
+        };
+        self.changed.notify_all();
+        seq
+    }
+
+    /// The successors of batch `seq` into `out` (whose old contents the
+    /// helper gets back to fill next time).
+    fn collect(&self, seq: u64, out: &mut Vec<Found<K>>) {
+        self.wait(|| self.done.load(Ordering::Acquire) == seq || self.stop.load(Ordering::Acquire));
+        // only a helper that panicked stops before the run ends (the scope
+        // then passes its panic on)
+        assert_eq!(self.done.load(Ordering::Acquire), seq, "a probe helper thread stopped");
+        std::mem::swap(out, &mut self.job().1);
+    }
+
+    fn finish(&self) {
+        {
+            let _job = self.job();
+            self.stop.store(true, Ordering::Release);
+        }
+        self.changed.notify_all();
+    }
+
+    /// The helper: expands each batch posted until the run ends, then gives
+    /// its buffers back.
+    fn serve(&self, problem: &Problem<K>, (mut sc, mut excess): (Scratch, Excess)) -> (Scratch, Excess) {
+        let _stop = Finish(std::slice::from_ref(self));
+        let mut seen = 0;
+        loop {
+            self.wait(|| self.posted.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire));
+            let posted = self.posted.load(Ordering::Acquire);
+            if posted == seen {
+                return (sc, excess);
+            }
+            seen = posted;
+            {
+                let mut job = self.job();
+                let (states, out) = &mut *job;
+                expand_into(problem, states, &mut sc, &mut excess, out);
+                self.done.store(seen, Ordering::Release);
+            }
+            self.changed.notify_all();
+        }
+    }
+}
+
+/// Ends the run for these helpers when dropped.
+struct Finish<'a, K: StateKey>(&'a [Share<K>]);
+
+impl<K: StateKey> Drop for Finish<'_, K> {
+    fn drop(&mut self) {
+        self.0.iter().for_each(Share::finish);
     }
 }
 

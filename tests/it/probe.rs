@@ -239,8 +239,9 @@ fn xsokoban_7_is_proven_by_the_probe_after_three_bounds_without_a_solution() {
 }
 
 /// `--no-probe` searches every iteration in layers, with the same answer;
-/// and the probe's solution is the same on one thread and on two (XSokoban
-/// #17, 213 pushes: the probe decides the last iteration).
+/// and the probe's solution is the same on one thread, two and three (XSokoban
+/// #17, 213 pushes: the probe decides the last iteration; with more than one
+/// thread its batches are split among helper threads).
 #[test]
 fn no_probe_flag_and_thread_count() {
     let file = repo("levels/XSokoban_90.xsb");
@@ -258,6 +259,9 @@ fn no_probe_flag_and_thread_count() {
     assert_eq!(decided_iterations(&probed).last().unwrap().1, "probe", "{probed}");
     let one = run(&["--threads", "1"]);
     let two = run(&["--threads", "2"]);
+    let three = run(&["--threads", "3"]);
     assert_eq!(one["solution"], two["solution"]);
     assert_eq!(one["states"], two["states"]);
+    assert_eq!(one["solution"], three["solution"]);
+    assert_eq!(one["states"], three["states"]);
 }
