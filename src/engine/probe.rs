@@ -246,7 +246,9 @@ impl<K: StateKey> Probe<K> {
     /// worker takes to wake, so on the pool the other threads joined too
     /// late to help (two threads expanded no faster than one; measured in
     /// `docs/benchmarks.md`). The pool is idle meanwhile: the probe runs
-    /// between the layered steps, never beside them.
+    /// between the layered steps, never beside them. A helper's spinning
+    /// shrinks where its waits end in sleep (see `Share::wait`); a helper's
+    /// panic is passed on as it was.
     pub fn run(
         &mut self,
         problem: &Problem<K>,
@@ -264,13 +266,16 @@ impl<K: StateKey> Probe<K> {
         }
         let shares: Vec<Share<K>> = helpers.iter().map(|_| Share::default()).collect();
         let (end, back) = std::thread::scope(|s| {
+            // the helpers stop however the run ends, a panic included (one
+            // of the spawns failing among them: those already started would
+            // wait for a batch, and the scope for them, forever)
+            let stop = Finish(&shares);
             let handles: Vec<_> =
                 helpers.into_iter().zip(&shares).map(|(sc, share)| s.spawn(move || share.serve(problem, sc))).collect();
-            let end = {
-                // the helpers stop however the run ends (a panic included)
-                let _stop = Finish(&shares);
-                self.run_with(problem, budget, cancel, progress, layers, &shares)
-            };
+            let end = self.run_with(problem, budget, cancel, progress, layers, &shares);
+            drop(stop);
+            // a helper's panic is passed on as it was (the run above then
+            // ended with an error, not a panic of its own)
             let back: Vec<_> = handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
@@ -338,7 +343,10 @@ impl<K: StateKey> Probe<K> {
             let (sc, excess) = &mut self.scratch[0];
             expand_into(problem, mine, sc, excess, &mut self.outs[0]);
             for (i, (share, seq)) in shares.iter().zip(posted).enumerate() {
-                share.collect(seq, &mut self.outs[i + 1]);
+                if !share.collect(seq, &mut self.outs[i + 1]) {
+                    // it panicked: `run` passes its panic on
+                    return Err(EngineError::Internal("a probe helper thread stopped".into()));
+                }
             }
             // one open key's states: one depth
             let depth = batch[0].1;
@@ -499,6 +507,9 @@ impl<K> Default for Share<K> {
 /// batch, so a helper waiting for the next batch is awake when it comes.
 const SPINS: u32 = 1 << 15;
 
+/// The fewest spins a wait starts with, however often waits slept.
+const SPINS_MIN: u32 = 1 << 6;
+
 impl<K: StateKey> Share<K> {
     fn job(&self) -> MutexGuard<'_, Job<K>> {
         // a panic on the other side is passed on by the scope; the data is
@@ -506,15 +517,24 @@ impl<K: StateKey> Share<K> {
         self.job.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Waits, spinning first, until `ready` holds (it reads the atomics,
-    /// which change only under the lock, so a sleep misses no change).
-    fn wait(&self, ready: impl Fn() -> bool) {
-        for _ in 0..SPINS {
+    /// Waits, spinning up to `*spins` times first, until `ready` holds (it
+    /// reads the atomics, which change only under the lock, so a sleep
+    /// misses no change). A wait that had to sleep halves `*spins` for the
+    /// next one, down to [`SPINS_MIN`]; one that spun less than half of it
+    /// doubles it, up to [`SPINS`]. So a helper whose batches come far apart
+    /// (a probe whose perimeter queries go over the network, on a cluster's
+    /// coordinator) soon stops burning a core between them.
+    fn wait(&self, spins: &mut u32, ready: impl Fn() -> bool) {
+        for spun in 0..*spins {
             if ready() {
+                if spun < *spins / 2 {
+                    *spins = (*spins * 2).min(SPINS);
+                }
                 return;
             }
             std::hint::spin_loop();
         }
+        *spins = (*spins / 2).max(SPINS_MIN);
         let mut job = self.job();
         while !ready() {
             job = self.changed.wait(job).unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -534,13 +554,16 @@ impl<K: StateKey> Share<K> {
     }
 
     /// The successors of batch `seq` into `out` (whose old contents the
-    /// helper gets back to fill next time).
-    fn collect(&self, seq: u64, out: &mut Vec<Found<K>>) {
-        self.wait(|| self.done.load(Ordering::Acquire) == seq || self.stop.load(Ordering::Acquire));
-        // only a helper that panicked stops before the run ends (the scope
-        // then passes its panic on)
-        assert_eq!(self.done.load(Ordering::Acquire), seq, "a probe helper thread stopped");
+    /// helper gets back to fill next time); false when the helper stopped
+    /// first, which only one that panicked does before the run ends.
+    fn collect(&self, seq: u64, out: &mut Vec<Found<K>>) -> bool {
+        let mut spins = SPINS;
+        self.wait(&mut spins, || self.done.load(Ordering::Acquire) == seq || self.stop.load(Ordering::Acquire));
+        if self.done.load(Ordering::Acquire) != seq {
+            return false;
+        }
         std::mem::swap(out, &mut self.job().1);
+        true
     }
 
     fn finish(&self) {
@@ -555,9 +578,9 @@ impl<K: StateKey> Share<K> {
     /// its buffers back.
     fn serve(&self, problem: &Problem<K>, (mut sc, mut excess): (Scratch, Excess)) -> (Scratch, Excess) {
         let _stop = Finish(std::slice::from_ref(self));
-        let mut seen = 0;
+        let (mut seen, mut spins) = (0, SPINS);
         loop {
-            self.wait(|| self.posted.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire));
+            self.wait(&mut spins, || self.posted.load(Ordering::Acquire) != seen || self.stop.load(Ordering::Acquire));
             let posted = self.posted.load(Ordering::Acquire);
             if posted == seen {
                 return (sc, excess);

@@ -265,3 +265,46 @@ fn no_probe_flag_and_thread_count() {
     assert_eq!(one["solution"], three["solution"]);
     assert_eq!(one["states"], three["states"]);
 }
+
+/// A lower bound that panics when a probe's helper thread asks it (the
+/// helpers are the only unnamed threads here: the test's own thread and the
+/// pool's are named).
+struct PanicsOnHelpers(LowerBounds);
+
+impl LowerBound for PanicsOnHelpers {
+    fn estimate(&self, side: Side, boxes: &[u16], player: u16, cap: u32) -> u32 {
+        if std::thread::current().name().is_none() {
+            panic!("the bound panicked on a helper");
+        }
+        LowerBound::estimate(&self.0, side, boxes, player, cap)
+    }
+    fn estimate_child(&self, side: Side, child: &sokoshard::model::bounds::Child<'_>, cap: u32, exact: bool) -> u32 {
+        if std::thread::current().name().is_none() {
+            panic!("the bound panicked on a helper");
+        }
+        LowerBound::estimate_child(&self.0, side, child, cap, exact)
+    }
+}
+
+/// A panic on one of the probe's helper threads reaches the caller with its
+/// own message, and nothing hangs (the probe's thread used to panic with
+/// "a probe helper thread stopped" instead, and the helpers' cause was left
+/// to stderr). Microban I #93 at its optimum, two threads.
+#[test]
+fn a_probe_helper_panic_is_passed_on_with_its_message() {
+    let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
+    let level = sokoshard::model::level::split_collection(&text, "Microban_155.xsb")[92].parse().unwrap();
+    let board = Arc::new(Board::new(&level).unwrap());
+    let lower: Arc<dyn LowerBound> = Arc::new(PanicsOnHelpers(LowerBounds::new(&board, true)));
+    let problem = Problem::<u64>::full(board, Pruning::SOLVE, None).with_bound(Some(Bound { lower, limit: 34 }));
+    let (starts, _) = seeds(&problem);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).thread_name(|i| format!("pool-{i}")).build().unwrap();
+    let caught = pool.install(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            probe(&problem, &starts, u64::MAX, &AtomicBool::new(false))
+        }))
+    });
+    let panic = caught.expect_err("the helper's panic did not reach the caller");
+    let message = panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(String::as_str));
+    assert_eq!(message, Some("the bound panicked on a helper"));
+}
