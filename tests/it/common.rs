@@ -2,13 +2,21 @@
 
 use proptest::prelude::*;
 use sokoshard::model::board::Board;
-use sokoshard::model::level::parse_one;
+use sokoshard::model::level::{parse_one, split_collection, Level};
 use sokoshard::model::rules::{goal_states, normalize_player, Scratch};
 use std::collections::HashSet;
 use std::path::PathBuf;
 
 pub fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Microban I level `index` (1-based) from `levels/`, and its board.
+pub fn microban(index: usize) -> (Level, Board) {
+    let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
+    let level: Level = split_collection(&text, "Microban_155.xsb")[index - 1].parse().unwrap();
+    let board = Board::new(&level).unwrap();
+    (level, board)
 }
 
 /// (level, pushes, moves, solution) from tests/data/microban1-push-optimal.tsv.

@@ -2,14 +2,13 @@
 //! partitions.
 
 use crate::common::{
-    for_levels, level_in_block_room, level_with_boxes, level_with_boxes_on_goals, repo, small_level, truth,
+    for_levels, level_in_block_room, level_with_boxes, level_with_boxes_on_goals, microban, small_level, truth,
 };
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::search::NoProgress;
 use sokoshard::model::board::Board;
 use sokoshard::model::key::KeyWidth;
-use sokoshard::model::level::split_collection;
 use sokoshard::model::rules::Pruning;
 use sokoshard::model::solution::verify;
 use sokoshard::solve::{solve_local, SolveOptions, Status};
@@ -105,13 +104,6 @@ fn pi_corrals_keep_the_optimum_on_crowded_levels() {
     });
     eprintln!("pi_corrals_keep_the_optimum_on_crowded_levels: {tally:?}");
     tally.assert_covers(1000, 0.07, true);
-}
-
-fn microban(index: usize) -> (sokoshard::model::level::Level, Board) {
-    let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
-    let level = split_collection(&text, "Microban_155.xsb")[index - 1].parse().unwrap();
-    let board = Board::new(&level).unwrap();
-    (level, board)
 }
 
 #[test]

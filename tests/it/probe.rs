@@ -2,7 +2,7 @@
 //! proves its bound too small, a probe out of budget hands over to the
 //! layered search, and none of it changes an answer.
 
-use crate::common::{cli, decided_iterations, for_levels, level_with_boxes, repo, with_local_backend};
+use crate::common::{cli, decided_iterations, for_levels, level_with_boxes, microban, repo, with_local_backend};
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::driver::seeds;
@@ -271,17 +271,21 @@ fn no_probe_flag_and_thread_count() {
 /// pool's are named).
 struct PanicsOnHelpers(LowerBounds);
 
-impl LowerBound for PanicsOnHelpers {
-    fn estimate(&self, side: Side, boxes: &[u16], player: u16, cap: u32) -> u32 {
+impl PanicsOnHelpers {
+    fn panic_on_a_helper() {
         if std::thread::current().name().is_none() {
             panic!("the bound panicked on a helper");
         }
+    }
+}
+
+impl LowerBound for PanicsOnHelpers {
+    fn estimate(&self, side: Side, boxes: &[u16], player: u16, cap: u32) -> u32 {
+        Self::panic_on_a_helper();
         LowerBound::estimate(&self.0, side, boxes, player, cap)
     }
     fn estimate_child(&self, side: Side, child: &sokoshard::model::bounds::Child<'_>, cap: u32, exact: bool) -> u32 {
-        if std::thread::current().name().is_none() {
-            panic!("the bound panicked on a helper");
-        }
+        Self::panic_on_a_helper();
         LowerBound::estimate_child(&self.0, side, child, cap, exact)
     }
 }
@@ -292,9 +296,7 @@ impl LowerBound for PanicsOnHelpers {
 /// to stderr). Microban I #93 at its optimum, two threads.
 #[test]
 fn a_probe_helper_panic_is_passed_on_with_its_message() {
-    let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
-    let level = sokoshard::model::level::split_collection(&text, "Microban_155.xsb")[92].parse().unwrap();
-    let board = Arc::new(Board::new(&level).unwrap());
+    let board = Arc::new(microban(93).1);
     let lower: Arc<dyn LowerBound> = Arc::new(PanicsOnHelpers(LowerBounds::new(&board, true)));
     let problem = Problem::<u64>::full(board, Pruning::SOLVE, None).with_bound(Some(Bound { lower, limit: 34 }));
     let (starts, _) = seeds(&problem);

@@ -2,11 +2,11 @@
 //! files go away, and damaged, truncated or deleted shard files stop the solve
 //! with an error naming the file.
 
-use crate::common::{repo, truth};
+use crate::common::{self, repo, truth};
 use sokoshard::engine::search::{LayerEvent, NoProgress, Progress};
 use sokoshard::engine::EngineError;
 use sokoshard::model::board::Board;
-use sokoshard::model::level::{split_collection, Level};
+use sokoshard::model::level::Level;
 use sokoshard::model::solution::verify;
 use sokoshard::solve::{solve_local, Objective, SolveOptions, SolveReport, Status};
 use sokoshard::storage::disk::SpillPolicy;
@@ -18,10 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 fn microban(index: usize) -> (Level, Arc<Board>) {
-    let text = fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
-    let level: Level = split_collection(&text, "Microban_155.xsb")[index - 1].parse().unwrap();
-    let board = Arc::new(Board::new(&level).unwrap());
-    (level, board)
+    let (level, board) = common::microban(index);
+    (level, Arc::new(board))
 }
 
 fn budgeted(budget: u64, dir: &Path, policy: SpillPolicy) -> SolveOptions {
