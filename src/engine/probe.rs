@@ -557,6 +557,8 @@ impl<K: StateKey> Share<K> {
     /// helper gets back to fill next time); false when the helper stopped
     /// first, which only one that panicked does before the run ends.
     fn collect(&self, seq: u64, out: &mut Vec<Found<K>>) -> bool {
+        // the probe's thread waits for a chunk like the one it has just
+        // expanded, so always briefly: the full spin each time, not adapted
         let mut spins = SPINS;
         self.wait(&mut spins, || self.done.load(Ordering::Acquire) == seq || self.stop.load(Ordering::Acquire));
         if self.done.load(Ordering::Acquire) != seq {
