@@ -10,11 +10,12 @@
 //! solve ends, however it ends, unless kept.
 
 use crate::engine::driver::{
-    probe_cap, solve, Deployment, Observers, Pass, SolveSpec, PROBE_AFTER, PROBE_MAX, PROBE_STATE_BYTES,
+    probe_cap, probe_share, solve, Deployment, Observers, Pass, SolveSpec, PROBE_AFTER, PROBE_MAX,
 };
 use crate::engine::kpg::{build_tables_paired, DeadlockTables, KChoice, KStats, KpgProgress};
 use crate::engine::moves::Tape;
 use crate::engine::partition::{LocalExchange, PartitionStore, Partitioner};
+use crate::engine::probe;
 use crate::engine::search::{exhaust, LayerBackend, Limits, LocalBackend, NoProgress, Progress, SearchEnd};
 use crate::engine::{EngineError, Problem, Side};
 use crate::model::board::Board;
@@ -64,9 +65,13 @@ pub struct SolveOptions {
     pub spill_policy: SpillPolicy,
     /// The fewest pushes, or the fewest pushes and then moves (the default).
     pub objective: Objective,
-    /// The most states a probe may store (0: no probes); a
-    /// memory budget lowers it to what fits in a quarter of the budget.
+    /// The most states a probe may store (0: no probes).
     pub probe_states: u64,
+    /// Bytes the probe's states may take (it keeps them in memory); fewer
+    /// states than `probe_states` where they do not fit. `None`: a quarter of
+    /// the memory budget (of the default budget with a spill directory
+    /// alone) where the solve spills, no limit but `probe_states` in RAM.
+    pub probe_memory: Option<u64>,
     /// Layered states an iteration stores before its probe starts.
     pub probe_after: u64,
     /// The most states the moves pass's search may store; `None`: the
@@ -106,6 +111,7 @@ impl Default for SolveOptions {
             spill_policy: SpillPolicy::KeepOldest,
             objective: Objective::PushesMoves,
             probe_states: PROBE_MAX,
+            probe_memory: None,
             probe_after: PROBE_AFTER,
             moves_states: None,
             moves_memory: None,
@@ -117,6 +123,13 @@ impl SolveOptions {
     /// True when the solve runs on the disk-backed store.
     pub fn spills(&self) -> bool {
         self.memory_budget.is_some() || self.spill_dir.is_some()
+    }
+
+    /// The bytes the probe's states may take: as asked, else its share of the
+    /// budget where the solve spills.
+    fn probe_memory(&self) -> Option<u64> {
+        self.probe_memory
+            .or_else(|| self.spills().then(|| probe_share(self.memory_budget.unwrap_or_else(default_budget))))
     }
 }
 
@@ -146,7 +159,8 @@ pub fn solve_local_observed(
         max_states: opts.max_states,
         deadline: opts.deadline,
         objective: opts.objective,
-        probe_states: probe_cap(opts.probe_states, opts.memory_budget),
+        probe_states: opts.probe_states,
+        probe_memory: opts.probe_memory(),
         probe_after: opts.probe_after,
         moves_states: opts.moves_states,
     };
@@ -193,8 +207,9 @@ impl Deployment for Local<'_> {
         }
         // the probe's share is set aside: it holds its states beside the layers
         let total = opts.memory_budget.unwrap_or_else(default_budget);
+        let probe = probe_cap::<K>(opts.probe_states, opts.probe_memory()).saturating_mul(probe::state_bytes::<K>());
         let budget = MemoryBudget::new(
-            total - probe_cap(opts.probe_states, opts.memory_budget).saturating_mul(PROBE_STATE_BYTES).min(total / 4),
+            total.saturating_sub(probe.min(probe_share(total))),
             rayon::current_num_threads(),
             std::mem::size_of::<K>(),
         );

@@ -212,6 +212,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         spill_policy: args.spill_policy,
         objective: args.objective.into(),
         probe_states: if args.no_probe { 0 } else { sokoshard::engine::driver::PROBE_MAX },
+        probe_memory: None,
         probe_after: sokoshard::engine::driver::PROBE_AFTER,
         moves_states: args.moves_states,
         moves_memory: None,

@@ -8,7 +8,7 @@
 use super::kpg::{predicted_auto_states, DeadlockTables, KChoice, KStats, KpgProgress};
 use super::moves::{fewest_moves, MemTape, MovesOutcome, Tape, MAX_DEPTH_OPTIMAL_STATES};
 use super::path::rebuild;
-use super::probe::{Probe, ProbeEnd, ProbeStats};
+use super::probe::{self, Probe, ProbeEnd, ProbeStats};
 use super::report::{BoundIteration, IterationSearch, SolveReport, Status};
 use super::search::{
     bidirectional, bidirectional_with, LayerBackend, LayerEvent, Limits, ProbeEvent, Progress, SearchEnd, SearchStats,
@@ -107,6 +107,11 @@ pub struct SolveSpec {
     /// The most states a probe may store (0: no probes); see
     /// `Probes` below.
     pub probe_states: u64,
+    /// The most bytes a probe's states may take, where the memory is
+    /// budgeted (a share of the budget): with [`probe::state_bytes`] for the
+    /// level's key width, a tighter cap than `probe_states`. `None`: no cap
+    /// but `probe_states`.
+    pub probe_memory: Option<u64>,
     /// Layered states an iteration stores before its probe starts
     /// ([`PROBE_AFTER`] by default).
     pub probe_after: u64,
@@ -128,6 +133,7 @@ impl Default for SolveSpec {
             deadline: None,
             objective: Objective::PushesMoves,
             probe_states: PROBE_MAX,
+            probe_memory: None,
             probe_after: PROBE_AFTER,
             moves_states: None,
         }
@@ -667,7 +673,7 @@ struct Probes<K> {
 
 impl<K: StateKey> Probes<K> {
     fn new(spec: &SolveSpec, allowed: bool, max_states: Option<u64>, divisor: u64) -> Probes<K> {
-        let cap = spec.probe_states.min(max_states.unwrap_or(u64::MAX));
+        let cap = probe_cap::<K>(spec.probe_states, spec.probe_memory).min(max_states.unwrap_or(u64::MAX));
         let after = spec.probe_after;
         let stats = SearchStats::default();
         Probes { allowed: allowed && cap > 0, divisor, after, probe: None, cap, stats, decided: false }
@@ -1177,19 +1183,20 @@ fn next_divisor(divisor: u64, probe_decided: bool) -> u64 {
 /// iteration smaller than that is over before a probe could pay.
 pub const PROBE_AFTER: u64 = 1 << 16;
 
-/// The largest budget of a probe by default, in states (1.3 GiB at
-/// [`PROBE_STATE_BYTES`] each).
+/// The largest budget of a probe by default, in states: up to 2.2 GiB with
+/// `u64` keys and 3.6 GiB with `u128` ones ([`probe::state_bytes`] each).
 pub const PROBE_MAX: u64 = 1 << 25;
 
-/// What a probe's state takes in memory, about: its node and its slot in the
-/// index (for the widest keys, more).
-pub const PROBE_STATE_BYTES: u64 = 40;
+/// The share of a memory budget a probe's states may take (the layers get
+/// the rest): a quarter.
+pub fn probe_share(memory_budget: u64) -> u64 {
+    memory_budget / 4
+}
 
-/// The most states a probe may store when `asked` are allowed under
-/// `memory_budget`: what fits in a quarter of the budget, if one is given
-/// (the layers get the rest).
-pub fn probe_cap(asked: u64, memory_budget: Option<u64>) -> u64 {
-    memory_budget.map_or(asked, |m| asked.min(m / 4 / PROBE_STATE_BYTES))
+/// The most states a probe may store: `asked`, and no more than fit in
+/// `memory` (bytes) with keys `K`.
+pub fn probe_cap<K: StateKey>(asked: u64, memory: Option<u64>) -> u64 {
+    memory.map_or(asked, |m| asked.min(m / probe::state_bytes::<K>()))
 }
 
 /// A probe's counters as a search's, for the totals and the next bound.

@@ -449,11 +449,33 @@ impl<K: StateKey> Probe<K> {
         for (_, excess) in &self.scratch {
             stats.excess.iter_mut().zip(excess).for_each(|(a, b)| *a += b);
         }
-        let node = std::mem::size_of::<Node<K>>() as u64;
-        let slot = (std::mem::size_of::<K>() + std::mem::size_of::<u32>() + 1) as u64;
-        stats.memory_bytes = self.nodes.capacity() as u64 * node + self.index.capacity() as u64 * slot;
+        let open: usize = self.open.queue.values().map(Vec::capacity).sum();
+        // the index's capacity is 7/8 of its buckets, every one of them
+        // written; the nodes' spare capacity is not (a large allocation grows
+        // by remapping, and pages never written take no memory)
+        let buckets = self.index.capacity() as u64 * 8 / 7;
+        stats.memory_bytes = (self.nodes.len() * size_of::<Node<K>>()) as u64
+            + buckets * index_slot_bytes::<K>()
+            + (open * size_of::<u32>()) as u64;
         stats
     }
+}
+
+/// One bucket of the probe's index: the key and node number, laid out as a
+/// tuple (a `u128` key pads it to 32 bytes), and the hash table's control byte.
+const fn index_slot_bytes<K>() -> u64 {
+    (size_of::<(K, u32)>() + 1) as u64
+}
+
+/// What one state of a probe takes in memory at most, about: its node, its
+/// share of the index just after the index grew (a hash table is then 7/16
+/// full: 16/7 buckets per state), and two entries of the open lists (a
+/// state found again by a shorter path is queued again). A probe whose
+/// states may take `bytes` stores at most `bytes / state_bytes::<K>()`.
+/// 70 bytes for `u64` keys, 115 for `u128`; measured, a probe on XSokoban
+/// #4 (`u128`) took about 108 bytes per state (`docs/benchmarks.md`).
+pub const fn state_bytes<K>() -> u64 {
+    size_of::<Node<K>>() as u64 + index_slot_bytes::<K>() * 16 / 7 + 2 * size_of::<u32>() as u64
 }
 
 /// A batch's states, as (node, depth, parent's order, key).

@@ -310,3 +310,42 @@ fn a_probe_helper_panic_is_passed_on_with_its_message() {
     let message = panic.downcast_ref::<&str>().copied().or(panic.downcast_ref::<String>().map(String::as_str));
     assert_eq!(message, Some("the bound panicked on a helper"));
 }
+
+/// The memory a probe's states take, at most `state_bytes` each for its key
+/// width: what turns a share of `--mem` into the probe's cap in states.
+/// Regression: the cap assumed 40 bytes a state for every key width, where a
+/// probe with `u128` keys took about 108 (XSokoban #4), so under a budget the
+/// probe held nearly three times its share.
+#[test]
+fn a_probes_states_take_at_most_state_bytes_each() {
+    use sokoshard::engine::probe::state_bytes;
+    use sokoshard::model::key::StateKey;
+    fn check<K: StateKey>(board: &Board, limit: u32, budgets: &[u64]) {
+        let lower: Arc<dyn LowerBound> = Arc::new(LowerBounds::new(board, true));
+        let problem =
+            Problem::<K>::full(Arc::new(board.clone()), Pruning::SOLVE, None).with_bound(Some(Bound { lower, limit }));
+        let (starts, _) = seeds(&problem);
+        for &budget in budgets {
+            let (end, stats) = probe(&problem, &starts, budget, &AtomicBool::new(false)).unwrap();
+            assert_eq!(end, ProbeEnd::Budget, "budget {budget}");
+            let per = stats.memory_bytes as f64 / stats.stored as f64;
+            assert!(
+                stats.memory_bytes <= stats.stored * state_bytes::<K>(),
+                "{} stored, {per:.1} bytes each, more than {}",
+                stats.stored,
+                state_bytes::<K>()
+            );
+        }
+    }
+    // Microban I #153 (u64 keys) at its optimum, XSokoban #4 (u128) at its
+    // start's bound: neither is found or exhausted within these budgets
+    let (_, mb153) = microban(153);
+    assert_eq!(mb153.keyspace.width, sokoshard::model::key::KeyWidth::U64);
+    check::<u64>(&mb153, 336, &[3_000, 20_000, 70_000, 150_000]);
+    let text = std::fs::read_to_string(repo("levels/XSokoban_90.xsb")).unwrap();
+    let level: sokoshard::model::level::Level =
+        sokoshard::model::level::split_collection(&text, "XSokoban_90.xsb")[3].parse().unwrap();
+    let xs4 = Board::new(&level).unwrap();
+    assert_eq!(xs4.keyspace.width, sokoshard::model::key::KeyWidth::U128);
+    check::<u128>(&xs4, 355, &[3_000, 40_000, 150_000]);
+}

@@ -80,8 +80,8 @@ fn spilled_runs_match_the_known_push_counts() {
         }
         // the in-memory fast path agrees state for state (with the probe the
         // budget allows, a quarter of it: the same search)
-        let probe_states = 64 * 1024 / 4 / sokoshard::engine::driver::PROBE_STATE_BYTES;
-        let same = SolveOptions { probe_states, ..SolveOptions::default() };
+        let probe_memory = Some(sokoshard::engine::driver::probe_share(64 * 1024));
+        let same = SolveOptions { probe_memory, ..SolveOptions::default() };
         let mem = solve_local(board, &same, &cancel, &NoProgress).unwrap();
         assert_eq!((mem.pushes, mem.states), (r.pushes, r.states), "level {index}");
         // and so does the moves pass, reading its search's spilled layers

@@ -8,8 +8,8 @@ use super::backend::{ClusterBackend, Phase};
 use super::tables::{tables_for, tables_path, JobTables};
 use super::{Kind, Shared, State};
 use crate::engine::driver::{
-    probe_cap, solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource, PROBE_AFTER,
-    PROBE_MAX,
+    probe_share, solve, BoundSpec, Deployment, Objective, Observers, Pass, Resumed, SolveSpec, TableSource,
+    PROBE_AFTER, PROBE_MAX,
 };
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::moves::Tape;
@@ -20,7 +20,7 @@ use crate::model::board::Board;
 use crate::model::key::StateKey;
 use crate::model::level::parse_one;
 use crate::model::rules::Pruning;
-use crate::storage::budget::tape_share;
+use crate::storage::budget::{default_budget, tape_share};
 use crate::storage::kdb;
 use crate::storage::tape::DiskTape;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,7 +75,9 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         // each worker builds them too (`worker::job::lower_bounds`)
         triple_penalties: rec.options.triples,
         objective: if rec.options.pushes_only { Objective::Pushes } else { Objective::PushesMoves },
-        probe_states: if rec.options.no_probe { 0 } else { probe_cap(PROBE_MAX, sh.cfg.mem) },
+        probe_states: if rec.options.no_probe { 0 } else { PROBE_MAX },
+        // the probe runs here, in the coordinator's memory
+        probe_memory: Some(probe_share(sh.cfg.mem.unwrap_or_else(default_budget))),
         probe_after: PROBE_AFTER,
         moves_states: (rec.options.moves_states > 0).then_some(rec.options.moves_states),
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
