@@ -85,6 +85,21 @@ pub enum ProbeEnd {
     Cancelled,
 }
 
+/// How far one run of a probe may go: until it stores `stored` states in
+/// all, or has generated `generated` successors in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeBudget {
+    pub stored: u64,
+    pub generated: u64,
+}
+
+impl ProbeBudget {
+    /// Up to `stored` states, however many successors that takes.
+    pub fn states(stored: u64) -> ProbeBudget {
+        ProbeBudget { stored, generated: u64::MAX }
+    }
+}
+
 /// Counters of a probe.
 #[derive(Debug, Clone, Copy)]
 pub struct ProbeStats {
@@ -231,8 +246,9 @@ impl<K: StateKey> Probe<K> {
         Ok(p)
     }
 
-    /// Searches on until a goal, exhaustion, `budget` stored states in all
-    /// (so a later run with a larger budget goes on) or `cancel`.
+    /// Searches on until a goal, exhaustion, the `budget` (stored states or
+    /// generated successors in all, so a later run with a larger budget goes
+    /// on) or `cancel`.
     ///
     /// With `layers`, the layered search of the same iteration, whose
     /// backward layers `0..=J` are whole: a successor at a depth `d` with
@@ -252,7 +268,7 @@ impl<K: StateKey> Probe<K> {
     pub fn run(
         &mut self,
         problem: &Problem<K>,
-        budget: u64,
+        budget: ProbeBudget,
         cancel: &AtomicBool,
         progress: &dyn Progress,
         layers: Option<&mut dyn LayerBackend<K>>,
@@ -291,7 +307,7 @@ impl<K: StateKey> Probe<K> {
     fn run_with(
         &mut self,
         problem: &Problem<K>,
-        budget: u64,
+        budget: ProbeBudget,
         cancel: &AtomicBool,
         progress: &dyn Progress,
         mut layers: Option<&mut dyn LayerBackend<K>>,
@@ -304,7 +320,7 @@ impl<K: StateKey> Probe<K> {
             if cancel.load(Ordering::Relaxed) {
                 return Ok(ProbeEnd::Cancelled);
             }
-            if self.nodes.len() as u64 >= budget {
+            if self.nodes.len() as u64 >= budget.stored || self.stats.generated >= budget.generated {
                 return Ok(ProbeEnd::Budget);
             }
             if self.stats.expanded >= next_report {
@@ -663,6 +679,6 @@ pub fn probe<K: StateKey>(
     cancel: &AtomicBool,
 ) -> Result<(ProbeEnd, ProbeStats), EngineError> {
     let mut p = Probe::new(problem, starts)?;
-    let end = p.run(problem, budget, cancel, &NoProgress, None)?;
+    let end = p.run(problem, ProbeBudget::states(budget), cancel, &NoProgress, None)?;
     Ok((end, p.stats()))
 }

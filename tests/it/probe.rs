@@ -6,7 +6,7 @@ use crate::common::{cli, decided_iterations, for_levels, level_with_boxes, micro
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::driver::seeds;
-use sokoshard::engine::probe::{probe, Probe, ProbeEnd, ProbeStats};
+use sokoshard::engine::probe::{probe, Probe, ProbeBudget, ProbeEnd, ProbeStats};
 use sokoshard::engine::report::IterationSearch;
 use sokoshard::engine::search::{LayerBackend, NoProgress};
 use sokoshard::engine::{Bound, LowerBound, Problem, Side};
@@ -92,7 +92,7 @@ fn probe_beside_layers(board: &Board, limit: u32, layers: usize) -> (ProbeEnd, P
             backend.step(Side::Backward, false).unwrap();
         }
         let mut p = Probe::new(&problem, &starts).unwrap();
-        let end = p.run(&problem, u64::MAX, cancel, &NoProgress, Some(backend)).unwrap();
+        let end = p.run(&problem, ProbeBudget::states(u64::MAX), cancel, &NoProgress, Some(backend)).unwrap();
         (end, p.stats())
     })
 }
