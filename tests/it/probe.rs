@@ -349,3 +349,29 @@ fn a_probes_states_take_at_most_state_bytes_each() {
     assert_eq!(xs4.keyspace.width, sokoshard::model::key::KeyWidth::U128);
     check::<u128>(&xs4, 355, &[3_000, 40_000, 150_000]);
 }
+
+/// A probe part stops once it has generated its budget of successors (how
+/// the iteration at the floor after a weak bound shares the probe's work
+/// with the layers), overshooting by at most one batch's successors, and
+/// the next part goes on from there.
+#[test]
+fn a_probe_stops_at_its_budget_of_successors() {
+    let (_, board) = microban(153);
+    let lower: Arc<dyn LowerBound> = Arc::new(LowerBounds::new(&board, true));
+    let problem = Problem::<u64>::full(Arc::new(board.clone()), Pruning::SOLVE, None)
+        .with_bound(Some(Bound { lower, limit: 336 }));
+    let (starts, _) = seeds(&problem);
+    let mut p = Probe::new(&problem, &starts).unwrap();
+    let cancel = AtomicBool::new(false);
+    // a batch's 64 states times the most pushes of one
+    let batch = 64 * 4 * board.start_boxes.len() as u64;
+    let mut stored = 0;
+    for generated in [20_000u64, 60_000, 60_000, 150_000] {
+        let end = p.run(&problem, ProbeBudget { stored: u64::MAX, generated }, &cancel, &NoProgress, None).unwrap();
+        assert_eq!(end, ProbeEnd::Budget, "at {generated}");
+        let s = p.stats();
+        assert!(s.generated >= generated && s.generated < generated + batch, "{} for {generated}", s.generated);
+        assert!(s.stored >= stored, "{} after {stored}", s.stored);
+        stored = s.stored;
+    }
+}
