@@ -11,12 +11,17 @@ pub fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// Microban I level `index` (1-based) from `levels/`, and its board.
-pub fn microban(index: usize) -> (Level, Board) {
-    let text = std::fs::read_to_string(repo("levels/Microban_155.xsb")).unwrap();
-    let level: Level = split_collection(&text, "Microban_155.xsb")[index - 1].parse().unwrap();
+/// Level `index` (1-based) of the collection `levels/<file>`, and its board.
+pub fn shipped(file: &str, index: usize) -> (Level, Board) {
+    let text = std::fs::read_to_string(repo(&format!("levels/{file}"))).unwrap();
+    let level: Level = split_collection(&text, file)[index - 1].parse().unwrap();
     let board = Board::new(&level).unwrap();
     (level, board)
+}
+
+/// Microban I level `index` (1-based) from `levels/`, and its board.
+pub fn microban(index: usize) -> (Level, Board) {
+    shipped("Microban_155.xsb", index)
 }
 
 /// (level, pushes, moves, solution) from tests/data/microban1-push-optimal.tsv.

@@ -1,7 +1,7 @@
 //! k-PG deadlock tables never change an answer, and the database file round-trips
 //! through the CLI with its refusals.
 
-use crate::common::{for_levels, goal_seeds, reach_states, repo, small_level, start_state, truth, State};
+use crate::common::{for_levels, goal_seeds, reach_states, repo, shipped, small_level, start_state, truth, State};
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::kpg::{unpack, DeadPlayers, DeadlockTables};
@@ -395,8 +395,7 @@ fn larger_tables_wait_until_the_search_outgrows_the_small_ones() {
 #[test]
 fn the_moves_pass_grows_the_tables_when_its_search_outgrows_them() {
     use sokoshard::engine::kpg::KChoice;
-    let text = std::fs::read_to_string(repo("levels/XSokoban_90.xsb")).unwrap();
-    let board = Board::new(&split_collection(&text, "XSokoban_90.xsb")[0].parse().unwrap()).unwrap();
+    let (_, board) = shipped("XSokoban_90.xsb", 1);
     let solve = |tables: TableSource| {
         let opts = SolveOptions { tables, ..Default::default() };
         solve_local(Arc::new(board.clone()), &opts, &AtomicBool::new(false), &NoProgress).unwrap()
@@ -436,9 +435,7 @@ fn a_stop_while_the_moves_pass_grows_its_tables_keeps_the_push_optimal_solution(
             }
         }
     }
-    let text = std::fs::read_to_string(repo("levels/XSokoban_90.xsb")).unwrap();
-    let level = split_collection(&text, "XSokoban_90.xsb")[0].parse().unwrap();
-    let board = Board::new(&level).unwrap();
+    let (level, board) = shipped("XSokoban_90.xsb", 1);
     let cancel = AtomicBool::new(false);
     let tables = StopAtK3(&cancel);
     let opts = SolveOptions { tables: TableSource::Build(KChoice::Auto), ..Default::default() };

@@ -2,7 +2,9 @@
 //! proves its bound too small, a probe out of budget hands over to the
 //! layered search, and none of it changes an answer.
 
-use crate::common::{cli, decided_iterations, for_levels, level_with_boxes, microban, repo, with_local_backend};
+use crate::common::{
+    cli, decided_iterations, for_levels, level_with_boxes, microban, repo, shipped, with_local_backend,
+};
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::driver::seeds;
@@ -12,6 +14,7 @@ use sokoshard::engine::search::{LayerBackend, NoProgress};
 use sokoshard::engine::{Bound, LowerBound, Problem, Side};
 use sokoshard::model::board::Board;
 use sokoshard::model::bounds::LowerBounds;
+use sokoshard::model::key::StateKey;
 use sokoshard::model::rules::Pruning;
 use sokoshard::model::solution::verify;
 use sokoshard::solve::{solve_local, SolveOptions, SolveReport, Status};
@@ -25,13 +28,20 @@ fn solve_with(board: &Board, probe_states: u64) -> SolveReport {
     solve_local(Arc::new(board.clone()), &opts, &AtomicBool::new(false), &NoProgress).unwrap()
 }
 
-/// The probe asked directly, on the level's own problem (PI-corrals on, as a
-/// solve has them) under the bound `limit`.
-fn probe_at(board: &Board, limit: u32, budget: u64) -> ProbeEnd {
+/// The level's own problem (PI-corrals on, as a solve has them) under the
+/// bound `limit`, with its start.
+fn bounded<K: StateKey>(board: &Board, limit: u32) -> (Problem<K>, Vec<K>) {
     let lower: Arc<dyn LowerBound> = Arc::new(LowerBounds::new(board, true));
     let problem =
-        Problem::<u64>::full(Arc::new(board.clone()), Pruning::SOLVE, None).with_bound(Some(Bound { lower, limit }));
+        Problem::<K>::full(Arc::new(board.clone()), Pruning::SOLVE, None).with_bound(Some(Bound { lower, limit }));
     let (starts, _) = seeds(&problem);
+    (problem, starts)
+}
+
+/// The probe asked directly, on the level's own problem under the bound
+/// `limit`.
+fn probe_at(board: &Board, limit: u32, budget: u64) -> ProbeEnd {
+    let (problem, starts) = bounded::<u64>(board, limit);
     probe(&problem, &starts, budget, &AtomicBool::new(false)).unwrap().0
 }
 
@@ -319,12 +329,8 @@ fn a_probe_helper_panic_is_passed_on_with_its_message() {
 #[test]
 fn a_probes_states_take_at_most_state_bytes_each() {
     use sokoshard::engine::probe::state_bytes;
-    use sokoshard::model::key::StateKey;
     fn check<K: StateKey>(board: &Board, limit: u32, budgets: &[u64]) {
-        let lower: Arc<dyn LowerBound> = Arc::new(LowerBounds::new(board, true));
-        let problem =
-            Problem::<K>::full(Arc::new(board.clone()), Pruning::SOLVE, None).with_bound(Some(Bound { lower, limit }));
-        let (starts, _) = seeds(&problem);
+        let (problem, starts) = bounded::<K>(board, limit);
         for &budget in budgets {
             let (end, stats) = probe(&problem, &starts, budget, &AtomicBool::new(false)).unwrap();
             assert_eq!(end, ProbeEnd::Budget, "budget {budget}");
@@ -342,10 +348,7 @@ fn a_probes_states_take_at_most_state_bytes_each() {
     let (_, mb153) = microban(153);
     assert_eq!(mb153.keyspace.width, sokoshard::model::key::KeyWidth::U64);
     check::<u64>(&mb153, 336, &[3_000, 20_000, 70_000, 150_000]);
-    let text = std::fs::read_to_string(repo("levels/XSokoban_90.xsb")).unwrap();
-    let level: sokoshard::model::level::Level =
-        sokoshard::model::level::split_collection(&text, "XSokoban_90.xsb")[3].parse().unwrap();
-    let xs4 = Board::new(&level).unwrap();
+    let (_, xs4) = shipped("XSokoban_90.xsb", 4);
     assert_eq!(xs4.keyspace.width, sokoshard::model::key::KeyWidth::U128);
     check::<u128>(&xs4, 355, &[3_000, 40_000, 150_000]);
 }
@@ -357,10 +360,7 @@ fn a_probes_states_take_at_most_state_bytes_each() {
 #[test]
 fn a_probe_stops_at_its_budget_of_successors() {
     let (_, board) = microban(153);
-    let lower: Arc<dyn LowerBound> = Arc::new(LowerBounds::new(&board, true));
-    let problem = Problem::<u64>::full(Arc::new(board.clone()), Pruning::SOLVE, None)
-        .with_bound(Some(Bound { lower, limit: 336 }));
-    let (starts, _) = seeds(&problem);
+    let (problem, starts) = bounded::<u64>(&board, 336);
     let mut p = Probe::new(&problem, &starts).unwrap();
     let cancel = AtomicBool::new(false);
     // a batch's 64 states times the most pushes of one
