@@ -465,10 +465,9 @@ fn search<K: StateKey, D: Deployment>(
         let mut met = 0;
         // probes only where no solution can be shorter than the bound
         let probing = limit.is_some() && limit == floor;
-        let mut probes = Probes::new(spec, probing, max_states, divisor);
         // after a weak bound, the one iteration at the floor: its probe's
         // share counts successors too (see `Probes::between`)
-        probes.by_work = tried;
+        let mut probes = Probes::new(spec, probing, max_states, divisor, tried);
         // layers without move pruning serve the moves pass as they are
         let reuse = spec.objective == Objective::PushesMoves && !problem.pruning.pi_corrals;
         let mut tape = reuse.then(|| deployment.tape());
@@ -678,11 +677,11 @@ struct Probes<K> {
 }
 
 impl<K: StateKey> Probes<K> {
-    fn new(spec: &SolveSpec, allowed: bool, max_states: Option<u64>, divisor: u64) -> Probes<K> {
+    fn new(spec: &SolveSpec, allowed: bool, max_states: Option<u64>, divisor: u64, by_work: bool) -> Probes<K> {
         let cap = probe_cap::<K>(spec.probe_states, spec.probe_memory).min(max_states.unwrap_or(u64::MAX));
         let after = spec.probe_after;
         let stats = SearchStats::default();
-        Probes { allowed: allowed && cap > 0, divisor, by_work: false, after, probe: None, cap, stats, decided: false }
+        Probes { allowed: allowed && cap > 0, divisor, by_work, after, probe: None, cap, stats, decided: false }
     }
 
     /// Whether the probe ran in this iteration.
