@@ -96,10 +96,30 @@ impl BitGrid {
     /// its squares taken in so far, which takes in the same runs). Should
     /// the stack fill, sweeps down and up the rows finish the region.
     pub fn flood_from(&self, occ: &[u64], r0: usize, seed: u64, out: &mut [u64]) {
+        self.scan::<false>(occ, r0, seed, out, (0, 0));
+    }
+
+    /// [`flood`](Self::flood) that stops as soon as it takes in floor square
+    /// `target`: true then (`out` holds a part of the region, `target` among
+    /// it), false when the whole region, in `out`, does not hold it. A
+    /// popped row spreads up before down, toward the lower squares.
+    pub fn flood_until(&self, occ: &[u64], from: u16, target: u16, out: &mut [u64]) -> bool {
+        let (r0, b) = self.word_bit(from);
+        self.scan::<true>(occ, r0, b, out, self.word_bit(target))
+    }
+
+    /// The scanline fill of [`flood_from`](Self::flood_from); with `STOP`,
+    /// true as soon as `out` takes in the square `(row, bit)` of `target`.
+    #[inline]
+    fn scan<const STOP: bool>(&self, occ: &[u64], r0: usize, seed: u64, out: &mut [u64], target: (usize, u64)) -> bool {
         const DEPTH: usize = 64;
         out.fill(0);
         let free = |r: usize| self.floor[r] & !occ[r];
+        let (tr, tb) = target;
         out[r0] = fill_row(free(r0), seed);
+        if STOP && out[tr] & tb != 0 {
+            return true;
+        }
         let mut stack = [0u16; DEPTH];
         stack[0] = r0 as u16;
         let mut len = 1;
@@ -108,11 +128,15 @@ impl BitGrid {
             len -= 1;
             let r = stack[len] as usize;
             let bits = out[r];
-            // rows 0 and the last hold only walls (a level is closed)
-            for nr in [r - 1, r + 1] {
+            // rows 0 and the last hold only walls (a level is closed); the
+            // row above is pushed last, so it is popped first
+            for nr in [r + 1, r - 1] {
                 let s = bits & free(nr) & !out[nr];
                 if s != 0 {
                     out[nr] |= fill_row(free(nr), s);
+                    if STOP && nr == tr && out[nr] & tb != 0 {
+                        return true;
+                    }
                     if len < DEPTH {
                         stack[len] = nr as u16;
                         len += 1;
@@ -125,6 +149,7 @@ impl BitGrid {
         if overflow {
             self.sweep(occ, out);
         }
+        STOP && out[tr] & tb != 0
     }
 
     /// Grows `out` (whole runs of free squares) to the squares connected to it,
@@ -308,6 +333,18 @@ mod tests {
                 prop_assert_eq!(&swept, &out);
                 let lowest = cells.iter().position(|&c| want[c / w][c % w]).map_or(NONE, |i| i as u16);
                 prop_assert_eq!(g.lowest(&out), lowest);
+                // stopped at a target: true exactly when the region holds
+                // it, with a part of the region holding it; else the region
+                let target = (f * 5 + 3) % cells.len();
+                let held = want[cells[target] / w][cells[target] % w];
+                let mut part = vec![0u64; h];
+                prop_assert_eq!(g.flood_until(&occ_bits, f as u16, target as u16, &mut part), held);
+                let (tr, tb) = g.word_bit(target as u16);
+                if held {
+                    prop_assert!(part.iter().zip(&out).all(|(p, o)| p & !o == 0) && part[tr] & tb != 0);
+                } else {
+                    prop_assert_eq!(&part, &out);
+                }
             }
         }
     }

@@ -260,6 +260,7 @@ mod tests {
             (rng % n as u64) as usize
         };
         let (mut states, mut with_corral, mut restricted, mut crowded_corrals) = (0, 0, 0, 0);
+        let mut moved = 0;
         for level in 0..800 {
             let crowded = level % 2 == 1;
             let (w, h) = (5 + next(10), 5 + next(8));
@@ -315,6 +316,36 @@ mod tests {
                 set.sort_unstable();
                 let player = squares[boxes];
                 states += 1;
+                // the ring test read off bitboard rows, for every square
+                sb.place(&set);
+                for f in 0..n as u16 {
+                    let g = bits.bits.as_ref().expect("a bit grid");
+                    assert_eq!(
+                        reach::ring_connected_bits(g, &sb.occ_bits, f),
+                        reach::ring_connected(&bits, &sb.occ, f),
+                        "{}ring of {f}",
+                        bits.draw(&set, None)
+                    );
+                }
+                sb.clear(&set);
+                // every push and pull with its normalized player (the
+                // incremental normalization: ring test, early-stopped flood)
+                let moves = |board: &Board, sc: &mut Scratch| {
+                    let mut got = Vec::new();
+                    for_each_push(board, sc, &set, player, Pruning::NONE, |b, p, m| {
+                        got.push((b.to_vec(), p, m.from, m.dir))
+                    });
+                    for_each_pull(board, sc, &set, player, Pruning::NONE, |b, p, m| {
+                        got.push((b.to_vec(), p, m.from, m.dir))
+                    });
+                    got
+                };
+                let got = moves(&bits, &mut sb);
+                assert_eq!(got, moves(&plain, &mut sp), "{}moves, player {player}", bits.draw(&set, Some(player)));
+                for (b, p, _, _) in &got {
+                    assert_eq!(*p, normalize_player(&plain, &mut sp, b, *p), "{}after a move", bits.draw(b, Some(*p)));
+                }
+                moved += got.len();
                 let run = |board: &Board, sc: &mut Scratch| {
                     sc.place(&set);
                     sc.flood_reach(board, player);
@@ -337,8 +368,9 @@ mod tests {
             }
         }
         eprintln!(
-            "corral agreement: {states} states, {with_corral} with a corral ({crowded_corrals} crowded), {restricted} restricted"
+            "corral agreement: {states} states, {with_corral} with a corral ({crowded_corrals} crowded), {restricted} restricted, {moved} moves"
         );
+        assert!(moved > 20_000, "{moved} moves");
         assert!(
             states > 5_000 && with_corral > 200 && restricted > 100 && crowded_corrals > 200,
             "{states} {with_corral} {restricted} {crowded_corrals}"

@@ -3,7 +3,7 @@
 //! and incrementally after a move.
 
 use super::*;
-use crate::model::bitgrid::word_bit_of;
+use crate::model::bitgrid::{word_bit_of, BitGrid};
 
 /// Per-thread buffers for generation.
 #[derive(Debug, Clone)]
@@ -108,6 +108,16 @@ impl Scratch {
         self.reach_min = min;
     }
 
+    /// The least square of `vacated` and the free squares outside the
+    /// region `R` it joins (bitboard path; `tmp_bits` holds them after).
+    fn flood_foreign(&mut self, g: &BitGrid, vacated: u16) -> u16 {
+        for (b, (&o, &r)) in self.blocked_bits.iter_mut().zip(self.occ_bits.iter().zip(&self.reach_bits)) {
+            *b = o | r;
+        }
+        g.flood(&self.blocked_bits, vacated, &mut self.tmp_bits);
+        g.lowest(&self.tmp_bits)
+    }
+
     /// The normalized player after a move that freed `vacated` and filled `filled`,
     /// leaving the player on `player` (occupancy already updated; the reach buffer
     /// still holds the region `R` before the move, which contains `player` unless
@@ -123,28 +133,31 @@ impl Scratch {
     /// were foreign to `R` join; they are flooded on their own.
     pub(super) fn normalize_after_move(&mut self, board: &Board, vacated: u16, filled: u16, player: u16) -> u16 {
         if let Some(g) = &board.bits {
-            // as below: where `filled` cuts `R`, one bitboard flood of the
-            // player's region (cheaper than the bounded search); where only
-            // foreign regions join through `vacated`, a flood of those alone
+            // as below, with bitboard floods: where `filled` may cut `R`, a
+            // flood of the player's part, which stops once it takes in the
+            // least square `A` can hold unless foreign regions join; where
+            // only they join through `vacated`, a flood of those alone
             let filled_in_region = self.reachable(filled);
-            let min = if !filled_in_region || ring_connected(board, &self.occ, filled) {
-                let min = self.reach_min_without(filled_in_region, filled).min(vacated);
-                let foreign = (0..DIRS).any(|d| {
-                    let x = board.neighbour(vacated, d);
-                    x != NONE && x != filled && !self.occ[x as usize] && !self.reachable(x)
-                });
+            let foreign = (0..DIRS).any(|d| {
+                let x = board.neighbour(vacated, d);
+                x != NONE && x != filled && !self.occ[x as usize] && !self.reachable(x)
+            });
+            let least = self.reach_min_without(filled_in_region, filled).min(vacated);
+            let min = if !filled_in_region || ring_connected_bits(g, &self.occ_bits, filled) {
                 if foreign {
-                    // `vacated` and what it joins: free squares outside `R`
-                    for (b, (&o, &r)) in self.blocked_bits.iter_mut().zip(self.occ_bits.iter().zip(&self.reach_bits)) {
-                        *b = o | r;
-                    }
-                    g.flood(&self.blocked_bits, vacated, &mut self.tmp_bits);
-                    min.min(g.lowest(&self.tmp_bits))
+                    least.min(self.flood_foreign(g, vacated))
                 } else {
-                    min
+                    least
                 }
+            } else if !foreign && g.flood_until(&self.occ_bits, player, least, &mut self.tmp_bits) {
+                // `A` lies in `R - filled + vacated`, whose least square it holds
+                least
             } else {
-                g.flood(&self.occ_bits, player, &mut self.tmp_bits);
+                // the whole of `A` in `tmp_bits` (the flood above ran to its
+                // end, or a new one)
+                if foreign {
+                    g.flood(&self.occ_bits, player, &mut self.tmp_bits);
+                }
                 g.lowest(&self.tmp_bits)
             };
             debug_assert_eq!(min, self.normalize(board, player), "incremental normalization disagrees with the flood");
@@ -380,6 +393,64 @@ pub(super) fn ring_connected(board: &Board, occ: &[bool], f: u16) -> bool {
         }
     }
     runs <= 1
+}
+
+/// Whether the open squares of an 8-neighbour ring, as bits clockwise from
+/// the north (`n, ne, e, se, s, sw, w, nw`), hold the orthogonal ones (the
+/// even bits) in at most one circular run: [`ring_connected`]'s test.
+const fn ring_joins(open: u8) -> bool {
+    if open == u8::MAX {
+        return true;
+    }
+    let start = open.trailing_ones() as usize;
+    let (mut runs, mut in_run, mut has_orth, mut k) = (0, false, false, 1);
+    while k <= 8 {
+        let i = (start + k) % 8;
+        if open >> i & 1 == 1 {
+            in_run = true;
+            has_orth |= i & 1 == 0;
+        } else {
+            if in_run && has_orth {
+                runs += 1;
+            }
+            in_run = false;
+            has_orth = false;
+        }
+        k += 1;
+    }
+    runs <= 1
+}
+
+/// [`ring_joins`] of every ring.
+const RING_JOINS: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = ring_joins(i as u8);
+        i += 1;
+    }
+    t
+};
+
+/// [`ring_connected`] on bitboard rows: the ring's eight squares read off
+/// three rows (free: floor without a box), looked up in [`RING_JOINS`].
+#[inline]
+pub(super) fn ring_connected_bits(g: &BitGrid, occ: &[u64], f: u16) -> bool {
+    let (r, bit) = g.word_bit(f);
+    let c = bit.trailing_zeros();
+    // columns c - 1, c and c + 1 of row `r` as bits 0, 1 and 2
+    let three = |r: usize| ((((g.floor[r] & !occ[r]) as u128) << 1) >> c) as u8 & 7;
+    let (up, mid, down) = (three(r - 1), three(r), three(r + 1));
+    // clockwise from the north: n, ne, e, se, s, sw, w, nw
+    let ring = (up >> 1 & 1)
+        | (up >> 2 & 1) << 1
+        | (mid >> 2 & 1) << 2
+        | (down >> 2 & 1) << 3
+        | (down >> 1 & 1) << 4
+        | (down & 1) << 5
+        | (mid & 1) << 6
+        | (up & 1) << 7;
+    RING_JOINS[ring as usize]
 }
 
 /// The normalized player square for a box set and a player square.
