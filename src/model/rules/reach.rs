@@ -370,29 +370,8 @@ pub(super) fn ring_connected(board: &Board, occ: &[bool], f: u16) -> bool {
         }
     };
     let ring = [n, diag(n, 1, e, 0), e, diag(e, 2, s, 1), s, diag(s, 3, w, 2), w, diag(w, 0, n, 3)];
-    let open: [bool; 8] = ring.map(free);
-    // count runs of open squares (circularly) that hold an orthogonal neighbour
-    let mut runs = 0;
-    let start = match (0..8).find(|&i| !open[i]) {
-        Some(i) => i,
-        None => return true,
-    };
-    let mut in_run = false;
-    let mut run_has_orth = false;
-    for k in 1..=8 {
-        let i = (start + k) % 8;
-        if open[i] {
-            in_run = true;
-            run_has_orth |= i % 2 == 0;
-        } else {
-            if in_run && run_has_orth {
-                runs += 1;
-            }
-            in_run = false;
-            run_has_orth = false;
-        }
-    }
-    runs <= 1
+    let open = ring.iter().enumerate().fold(0u8, |o, (i, &g)| o | (free(g) as u8) << i);
+    RING_JOINS[open as usize]
 }
 
 /// Whether the open squares of an 8-neighbour ring, as bits clockwise from
@@ -421,7 +400,7 @@ const fn ring_joins(open: u8) -> bool {
     runs <= 1
 }
 
-/// [`ring_joins`] of every ring.
+/// [`ring_joins`] of every ring (the scalar and the bitboard tests share it).
 const RING_JOINS: [bool; 256] = {
     let mut t = [false; 256];
     let mut i = 0;
@@ -459,4 +438,35 @@ pub fn normalize_player(board: &Board, sc: &mut Scratch, boxes: &[u16], player: 
     let n = sc.normalize(board, player);
     sc.clear(boxes);
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ring's squares joined as a cycle (each is beside the next): the
+    /// open orthogonal ones all in one connected part of the open squares.
+    fn joined_on_the_cycle(open: u8) -> bool {
+        let is_open = |i: usize| open >> (i % 8) & 1 == 1;
+        let Some(first) = (0..8).step_by(2).find(|&i| is_open(i)) else { return true };
+        let mut seen = [false; 8];
+        let mut stack = vec![first];
+        seen[first] = true;
+        while let Some(i) = stack.pop() {
+            for j in [(i + 1) % 8, (i + 7) % 8] {
+                if is_open(j) && !seen[j] {
+                    seen[j] = true;
+                    stack.push(j);
+                }
+            }
+        }
+        (0..8).step_by(2).all(|i| !is_open(i) || seen[i])
+    }
+
+    #[test]
+    fn the_ring_table_says_whether_the_open_neighbours_join() {
+        for open in 0..=u8::MAX {
+            assert_eq!(RING_JOINS[open as usize], joined_on_the_cycle(open), "ring {open:08b}");
+        }
+    }
 }
