@@ -318,8 +318,8 @@ mod tests {
                 states += 1;
                 // the ring test read off bitboard rows, for every square
                 sb.place(&set);
+                let g = bits.bits.as_ref().expect("a bit grid");
                 for f in 0..n as u16 {
-                    let g = bits.bits.as_ref().expect("a bit grid");
                     assert_eq!(
                         reach::ring_connected_bits(g, &sb.occ_bits, f),
                         reach::ring_connected(&bits, &sb.occ, f),
