@@ -79,17 +79,7 @@ impl Pruning {
 /// solved position (normalized).
 pub fn goal_states(board: &Board, sc: &mut Scratch, goals: &[u16]) -> Vec<u16> {
     sc.place(goals);
-    let mut players = Vec::new();
-    for f in 0..board.floor_count() as u16 {
-        if sc.occ[f as usize] {
-            continue;
-        }
-        // a region's squares all normalize to its smallest, found first
-        let n = sc.normalize(board, f);
-        if n == f {
-            players.push(n);
-        }
-    }
+    let players = sc.region_mins(board);
     sc.clear(goals);
     players
 }
@@ -328,6 +318,16 @@ mod tests {
                     );
                 }
                 sb.clear(&set);
+                // the regions' least squares (the backward seeds), each
+                // region flooded once, against every square normalized
+                let mut least: Vec<u16> = (0..n as u16)
+                    .filter(|f| !set.contains(f))
+                    .map(|f| normalize_player(&plain, &mut sp, &set, f))
+                    .collect();
+                least.sort_unstable();
+                least.dedup();
+                assert_eq!(goal_states(&bits, &mut sb, &set), least, "{}regions", bits.draw(&set, None));
+                assert_eq!(goal_states(&plain, &mut sp, &set), least, "{}regions", bits.draw(&set, None));
                 // every push and pull with its normalized player (the
                 // incremental normalization: ring test, early-stopped flood)
                 let moves = |board: &Board, sc: &mut Scratch| {

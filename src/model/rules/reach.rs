@@ -318,6 +318,53 @@ impl Scratch {
         min
     }
 
+    /// The least square of every region of the free floor (the boxes
+    /// placed), in increasing order: each region flooded once.
+    pub(super) fn region_mins(&mut self, board: &Board) -> Vec<u16> {
+        let mut mins = Vec::new();
+        if let Some(g) = &board.bits {
+            // the free squares of the regions not yet found
+            for ((left, &o), &f) in self.blocked_bits.iter_mut().zip(&self.occ_bits).zip(&g.floor) {
+                *left = f & !o;
+            }
+            loop {
+                let f = g.lowest(&self.blocked_bits);
+                if f == NONE {
+                    return mins;
+                }
+                g.flood(&self.occ_bits, f, &mut self.tmp_bits);
+                mins.push(f);
+                for (left, &t) in self.blocked_bits.iter_mut().zip(&self.tmp_bits) {
+                    *left &= !t;
+                }
+            }
+        }
+        let s = Self::bump(&mut self.stamp, &mut self.mark);
+        for f in 0..board.floor_count() as u16 {
+            if self.occ[f as usize] || self.mark[f as usize] == s {
+                continue;
+            }
+            // a region's squares are met smallest first
+            mins.push(f);
+            self.queue.clear();
+            self.queue.push(f);
+            self.mark[f as usize] = s;
+            let mut i = 0;
+            while i < self.queue.len() {
+                let x = self.queue[i];
+                i += 1;
+                for d in 0..DIRS {
+                    let y = board.neighbour(x, d);
+                    if y != NONE && !self.occ[y as usize] && self.mark[y as usize] != s {
+                        self.mark[y as usize] = s;
+                        self.queue.push(y);
+                    }
+                }
+            }
+        }
+        mins
+    }
+
     pub(super) fn place(&mut self, boxes: &[u16]) {
         for &b in boxes {
             self.set_occ(b, true);
