@@ -687,35 +687,32 @@ pub fn k_seeds(problem: &Problem<u64>, k: usize) -> (Vec<u64>, Vec<u64>) {
 }
 
 /// Patterns: states of `found` missing from `other`, grouped by box set. A box
-/// set none of whose states is in both is dead for any player.
+/// set none of whose states is in both is dead for any player. Both are sorted,
+/// and a 64-bit key is its box set's rank times the floor size plus the
+/// player, so a box set's states are one run of `found`, players ascending.
 fn patterns_of(problem: &Problem<u64>, found: &[u64], other: &[u64]) -> PatternSet {
     let mut set = PatternSet::new(problem.board.floor_count());
-    let mut dead: FxHashMap<Packed, Vec<u16>> = FxHashMap::default();
-    let mut alive: rustc_hash::FxHashSet<Packed> = Default::default();
+    let floor = problem.space.floor as u64;
     let mut boxes = Vec::new();
-    let mut j = 0;
-    for key in found {
-        while j < other.len() && other[j] < *key {
-            j += 1;
+    let (mut i, mut j) = (0, 0);
+    while i < found.len() {
+        let rank = found[i] / floor;
+        let (mut dead, mut alive) = (Vec::new(), false);
+        while let Some(&key) = found.get(i).filter(|&&k| k / floor == rank) {
+            while j < other.len() && other[j] < key {
+                j += 1;
+            }
+            if j < other.len() && other[j] == key {
+                alive = true;
+            } else {
+                dead.push((key % floor) as u16);
+            }
+            i += 1;
         }
-        let both = j < other.len() && other[j] == *key;
-        let player = problem.decode(key, &mut boxes);
-        let packed = pack(&boxes);
-        if both {
-            alive.insert(packed);
-        } else {
-            dead.entry(packed).or_default().push(player);
-        }
-    }
-    let k = problem.space.boxes;
-    for (packed, mut players) in dead {
-        let boxes = unpack(packed, k);
-        if alive.contains(&packed) {
-            players.sort_unstable();
-            players.dedup();
-            set.insert(&boxes, DeadPlayers::Squares(players));
-        } else {
-            set.insert(&boxes, DeadPlayers::Any);
+        if !dead.is_empty() {
+            problem.decode(&found[i - 1], &mut boxes);
+            debug_assert!(dead.iter().all(|&p| problem.encode(&boxes, p) / floor == rank));
+            set.insert(&boxes, if alive { DeadPlayers::Squares(dead) } else { DeadPlayers::Any });
         }
     }
     set
