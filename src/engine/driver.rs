@@ -13,7 +13,7 @@ use super::report::{BoundIteration, IterationSearch, SolveReport, Status};
 use super::search::{
     bidirectional, bidirectional_with, LayerBackend, LayerEvent, Limits, ProbeEvent, Progress, SearchEnd, SearchStats,
 };
-use super::{Bound, EngineError, LowerBound, PatternCheck, Problem, Side};
+use super::{on_threads, Bound, EngineError, LowerBound, PatternCheck, Problem, Side};
 use crate::model::board::Board;
 use crate::model::bounds::{LowerBounds, UNREACHABLE};
 use crate::model::key::{BitKey, KeyWidth, StateKey};
@@ -372,7 +372,7 @@ fn search<K: StateKey, D: Deployment>(
     let kept = given.tables.as_ref().and_then(|t| t.pairs.as_deref());
     let lower = (spec.bound != BoundSpec::Off).then(|| {
         let t0 = Instant::now();
-        let lower = LowerBounds::with_kept_pairs(board, spec.pair_penalties, kept);
+        let lower = LowerBounds::with_kept_pairs_joined(board, spec.pair_penalties, kept, &on_threads);
         let (lower, skipped) = if spec.triple_penalties { lower.with_triples(board) } else { (lower, None) };
         tracing::debug!(
             seconds = t0.elapsed().as_secs_f64(),

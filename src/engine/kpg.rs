@@ -302,7 +302,8 @@ impl DeadlockTables {
     /// beside them (none where the board has none that add anything), as a
     /// database keeps them.
     pub fn with_level_pairs(self) -> Self {
-        let pairs = LowerBounds::new(&self.board, true).pairs.map(Arc::new);
+        let pairs =
+            LowerBounds::with_kept_pairs_joined(&self.board, true, None, &super::on_threads).pairs.map(Arc::new);
         self.with_pairs(pairs)
     }
 

@@ -172,6 +172,12 @@ pub trait PatternCheck: Send + Sync {
     fn is_deadlock(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool;
 }
 
+/// The model's [`Join`](crate::model::pairs::Join) on rayon's threads: both
+/// tasks at once where a thread is free.
+pub fn on_threads(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
+    rayon::join(a, b);
+}
+
 /// What is searched: a board, a box count (k-PG games use fewer boxes than the
 /// level), the prunings, and how keys are encoded.
 pub struct Problem<K> {

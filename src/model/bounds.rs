@@ -17,7 +17,7 @@
 //! reach any side of the box), which only lowers them.
 
 use super::board::{opposite, Board, DIRS, NONE};
-use super::pairs::PairPenalties;
+use super::pairs::{in_turn, Join, PairPenalties};
 use super::triples::{Skipped, TriplePenalties};
 use std::cell::RefCell;
 
@@ -145,11 +145,22 @@ impl LowerBounds {
     /// [`LowerBounds::new`] with the pair penalties taken from `kept` (a
     /// deadlock database's) when given, instead of built here.
     pub fn with_kept_pairs(board: &Board, pairs: bool, kept: Option<&PairPenalties>) -> LowerBounds {
+        Self::with_kept_pairs_joined(board, pairs, kept, &in_turn)
+    }
+
+    /// [`LowerBounds::with_kept_pairs`], the pair tables' two sides built
+    /// by `join` (see [`PairPenalties::new_joined`]).
+    pub fn with_kept_pairs_joined(
+        board: &Board,
+        pairs: bool,
+        kept: Option<&PairPenalties>,
+        join: Join<'_>,
+    ) -> LowerBounds {
         let distances = PushDistances::new(board);
         let pairs = match (pairs, kept) {
             (false, _) => None,
             (true, Some(p)) => Some(p.clone()),
-            (true, None) => PairPenalties::new(board, &distances),
+            (true, None) => PairPenalties::new_joined(board, &distances, join),
         };
         LowerBounds { distances, pairs: pairs.filter(|p| p.useful()), triples: None }
     }

@@ -174,19 +174,40 @@ impl Regions {
     }
 }
 
+/// Runs both tasks, in any order or at once: how a caller with threads
+/// lends them to the pure code of the model.
+pub type Join<'a> = &'a (dyn Fn(&mut (dyn FnMut() + Send), &mut (dyn FnMut() + Send)) + Sync);
+
+/// The [`Join`] of a caller without threads: one task, then the other.
+pub fn in_turn(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
+    a();
+    b();
+}
+
 impl PairPenalties {
     /// The tables of `board` under the lone-box distances `dist`, or `None`
     /// when the board is too large for them (see [`MAX_FLOOR`], [`MAX_WORK`])
     /// or has fewer than two boxes.
     pub fn new(board: &Board, dist: &PushDistances) -> Option<PairPenalties> {
+        Self::new_joined(board, dist, &in_turn)
+    }
+
+    /// [`PairPenalties::new`], its two sides' tables built by `join`, which
+    /// runs both of its tasks (at once, where the caller has threads).
+    pub fn new_joined(board: &Board, dist: &PushDistances, join: Join<'_>) -> Option<PairPenalties> {
         let floor = board.floor_count();
         let n = board.goals.len();
         if !(2..=MAX_BOXES).contains(&n) || floor > MAX_FLOOR || n * n * floor * floor / 2 > MAX_WORK {
             return None;
         }
         let regions = Regions::new(board);
-        let (forward, at_f, regional_f) = side_table(board, &regions, dist, true);
-        let (backward, at_b, regional_b) = side_table(board, &regions, dist, false);
+        let (mut f, mut b) = (None, None);
+        join(&mut || f = Some(side_table(board, &regions, dist, true)), &mut || {
+            b = Some(side_table(board, &regions, dist, false))
+        });
+        let (Some((forward, at_f, regional_f)), Some((backward, at_b, regional_b))) = (f, b) else {
+            unreachable!("a join runs both of its tasks")
+        };
         let useful = any_penalty(&forward, &backward, [&regional_f, &regional_b]);
         Some(PairPenalties {
             floor,
