@@ -84,27 +84,14 @@ impl Scratch {
             return;
         }
         let s = Self::bump(&mut self.reach_stamp, &mut self.reach_mark);
-        self.queue.clear();
-        self.queue.push(from);
-        self.reach_mark[from as usize] = s;
-        let mut min = [from, NONE];
-        let mut i = 0;
-        while i < self.queue.len() {
-            let f = self.queue[i];
-            i += 1;
-            for d in 0..DIRS {
-                let g = board.neighbour(f, d);
-                if g != NONE && !self.occ[g as usize] && self.reach_mark[g as usize] != s {
-                    self.reach_mark[g as usize] = s;
-                    if g < min[0] {
-                        min = [g, min[0]];
-                    } else if g < min[1] {
-                        min[1] = g;
-                    }
-                    self.queue.push(g);
-                }
+        let mut min = [NONE; 2];
+        flood_marked(board, &self.occ, &mut self.queue, &mut self.reach_mark, s, from, |g| {
+            if g < min[0] {
+                min = [g, min[0]];
+            } else if g < min[1] {
+                min[1] = g;
             }
-        }
+        });
         self.reach_min = min;
     }
 
@@ -346,21 +333,7 @@ impl Scratch {
             }
             // a region's squares are met smallest first
             mins.push(f);
-            self.queue.clear();
-            self.queue.push(f);
-            self.mark[f as usize] = s;
-            let mut i = 0;
-            while i < self.queue.len() {
-                let x = self.queue[i];
-                i += 1;
-                for d in 0..DIRS {
-                    let y = board.neighbour(x, d);
-                    if y != NONE && !self.occ[y as usize] && self.mark[y as usize] != s {
-                        self.mark[y as usize] = s;
-                        self.queue.push(y);
-                    }
-                }
-            }
+            flood_marked(board, &self.occ, &mut self.queue, &mut self.mark, s, f, |_| {});
         }
         mins
     }
@@ -461,6 +434,37 @@ const RING_JOINS: [bool; 256] = {
 /// [`ring_connected`] on bitboard rows: the ring's eight squares read off
 /// three rows (free: floor without a box), looked up in [`RING_JOINS`].
 #[inline]
+/// The square-by-square flood of the free squares connected to `from` (not
+/// in `occ`), each marked `s` in `mark` and handed to `visit` as it is taken
+/// in, `from` first.
+fn flood_marked(
+    board: &Board,
+    occ: &[bool],
+    queue: &mut Vec<u16>,
+    mark: &mut [u32],
+    s: u32,
+    from: u16,
+    mut visit: impl FnMut(u16),
+) {
+    queue.clear();
+    queue.push(from);
+    mark[from as usize] = s;
+    visit(from);
+    let mut i = 0;
+    while i < queue.len() {
+        let f = queue[i];
+        i += 1;
+        for d in 0..DIRS {
+            let g = board.neighbour(f, d);
+            if g != NONE && !occ[g as usize] && mark[g as usize] != s {
+                mark[g as usize] = s;
+                visit(g);
+                queue.push(g);
+            }
+        }
+    }
+}
+
 pub(super) fn ring_connected_bits(g: &BitGrid, occ: &[u64], f: u16) -> bool {
     let (r, bit) = g.word_bit(f);
     let c = bit.trailing_zeros();
