@@ -202,8 +202,8 @@ impl PairPenalties {
         }
         let regions = Regions::new(board);
         let (mut f, mut b) = (None, None);
-        join(&mut || f = Some(side_table(board, &regions, dist, true)), &mut || {
-            b = Some(side_table(board, &regions, dist, false))
+        join(&mut || f = Some(side_table(board, &regions, dist, true, join)), &mut || {
+            b = Some(side_table(board, &regions, dist, false, join))
         });
         let (Some((forward, at_f, regional_f)), Some((backward, at_b, regional_b))) = (f, b) else {
             unreachable!("a join runs both of its tasks")
@@ -602,51 +602,22 @@ fn side_table(
     regions: &Regions,
     dist: &PushDistances,
     forward: bool,
+    join: Join<'_>,
 ) -> (Vec<u8>, Vec<u32>, Vec<[u8; MAX_REGIONS]>) {
     let floor = board.floor_count();
-    let targets: &[u16] = if forward { &board.goals } else { &board.start_boxes };
-    let lone = |t: usize, x: u16| if forward { dist.to_goal(t, x) } else { dist.from_start(t, x) };
-    // per unordered pair (x < y) and region
-    let mut by_region = vec![[DEAD; MAX_REGIONS]; floor * floor.saturating_sub(1) / 2];
-    let mut depth = vec![u16::MAX; floor * floor * MAX_REGIONS];
-    let mut queue: Vec<(u16, u16, u8)> = Vec::new();
-    for t1 in 0..targets.len() {
-        for t2 in t1 + 1..targets.len() {
-            depth.fill(u16::MAX);
-            queue.clear();
-            let (g1, g2) = (targets[t1], targets[t2]);
-            let seeds: Vec<u8> = if forward {
-                // solved: the player anywhere
-                (0..regions.count[pair(g1 as usize, g2 as usize)]).collect()
-            } else {
-                let at = regions.label(g1, g2, board.start_player);
-                if at == NO_REGION {
-                    continue; // the player stands on one of them: not the start
-                }
-                vec![at]
-            };
-            for r in seeds {
-                depth[(g1 as usize * floor + g2 as usize) * MAX_REGIONS + r as usize] = 0;
-                queue.push((g1, g2, r));
-            }
-            game(board, regions, forward, &mut depth, &mut queue);
-            for a in 0..floor {
-                for b in 0..floor {
-                    if a == b {
-                        continue;
-                    }
-                    // box 1 went to (came from) g1, box 2 to g2
-                    let lone_sum = lone(t1, a as u16).saturating_add(lone(t2, b as u16));
-                    let at = (a * floor + b) * MAX_REGIONS;
-                    let cell = &mut by_region[pair(a, b)];
-                    for (r, &d) in depth[at..at + MAX_REGIONS].iter().enumerate() {
-                        if d != u16::MAX {
-                            let extra = (d as u32).saturating_sub(lone_sum).min(DEAD as u32 - 1) as u8;
-                            cell[r] = cell[r].min(extra);
-                        }
-                    }
-                }
-            }
+    let n = if forward { board.goals.len() } else { board.start_boxes.len() };
+    // the target pairs' games in two halves, by `join`, their least
+    // penalties merged
+    let pairs: Vec<(usize, usize)> = (0..n).flat_map(|t1| (t1 + 1..n).map(move |t2| (t1, t2))).collect();
+    let (low, high) = pairs.split_at(pairs.len() / 2);
+    let (mut a, mut b) = (None, None);
+    join(&mut || a = Some(side_games(board, regions, dist, forward, low)), &mut || {
+        b = Some(side_games(board, regions, dist, forward, high))
+    });
+    let (Some(mut by_region), Some(other)) = (a, b) else { unreachable!("a join runs both of its tasks") };
+    for (cell, o) in by_region.iter_mut().zip(&other) {
+        for (v, &w) in cell.iter_mut().zip(o) {
+            *v = (*v).min(w);
         }
     }
     let mut least = vec![DEAD; floor * floor];
@@ -666,6 +637,61 @@ fn side_table(
         }
     }
     (least, at, regional)
+}
+
+/// The games of [`side_table`] for the target pairs `pairs`: per unordered
+/// square pair (x < y) and region, the least penalty over them.
+fn side_games(
+    board: &Board,
+    regions: &Regions,
+    dist: &PushDistances,
+    forward: bool,
+    pairs: &[(usize, usize)],
+) -> Vec<[u8; MAX_REGIONS]> {
+    let floor = board.floor_count();
+    let targets: &[u16] = if forward { &board.goals } else { &board.start_boxes };
+    let lone = |t: usize, x: u16| if forward { dist.to_goal(t, x) } else { dist.from_start(t, x) };
+    let mut by_region = vec![[DEAD; MAX_REGIONS]; floor * floor.saturating_sub(1) / 2];
+    let mut depth = vec![u16::MAX; floor * floor * MAX_REGIONS];
+    let mut queue: Vec<(u16, u16, u8)> = Vec::new();
+    for &(t1, t2) in pairs {
+        depth.fill(u16::MAX);
+        queue.clear();
+        let (g1, g2) = (targets[t1], targets[t2]);
+        let seeds: Vec<u8> = if forward {
+            // solved: the player anywhere
+            (0..regions.count[pair(g1 as usize, g2 as usize)]).collect()
+        } else {
+            let at = regions.label(g1, g2, board.start_player);
+            if at == NO_REGION {
+                continue; // the player stands on one of them: not the start
+            }
+            vec![at]
+        };
+        for r in seeds {
+            depth[(g1 as usize * floor + g2 as usize) * MAX_REGIONS + r as usize] = 0;
+            queue.push((g1, g2, r));
+        }
+        game(board, regions, forward, &mut depth, &mut queue);
+        for a in 0..floor {
+            for b in 0..floor {
+                if a == b {
+                    continue;
+                }
+                // box 1 went to (came from) g1, box 2 to g2
+                let lone_sum = lone(t1, a as u16).saturating_add(lone(t2, b as u16));
+                let at = (a * floor + b) * MAX_REGIONS;
+                let cell = &mut by_region[pair(a, b)];
+                for (r, &d) in depth[at..at + MAX_REGIONS].iter().enumerate() {
+                    if d != u16::MAX {
+                        let extra = (d as u32).saturating_sub(lone_sum).min(DEAD as u32 - 1) as u8;
+                        cell[r] = cell[r].min(extra);
+                    }
+                }
+            }
+        }
+    }
+    by_region
 }
 
 /// One move of a box on `z` in direction `dir` of a k-box game, walls
