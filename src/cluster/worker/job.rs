@@ -11,7 +11,7 @@ use super::super::{ClusterError, MAIN_PHASE, MOVES_PHASE};
 use crate::engine::kpg::DeadlockTables;
 use crate::engine::layer::{common_keys, expand, merge};
 use crate::engine::partition::{Exchange, PartitionStore, Partitioner, StoreBytes};
-use crate::engine::{Bound, PatternCheck, Problem, SeamError, Side};
+use crate::engine::{on_threads, Bound, PatternCheck, Problem, SeamError, Side};
 use crate::model::board::Board;
 use crate::model::bounds::LowerBounds;
 use crate::model::key::{BitKey, KeyWidth, StateKey};
@@ -143,17 +143,26 @@ static LOWER: Mutex<Option<(LowerKey, Arc<LowerBounds>)>> = Mutex::new(None);
 /// What lower bounds are built from: the level's fingerprint, pairs, triples.
 type LowerKey = (u64, bool, bool);
 
+/// A bounded job's lower bounds: the cached ones if they were built from the
+/// same level and choices, else built here.
+///
+/// The build runs with the cache unlocked: its pair tables' two sides are
+/// built at once on rayon's threads (`engine::on_threads`), and a thread
+/// waiting in that join may take another queued `open_job`, which would then
+/// wait for the lock its own thread holds. Two opens of the same level at
+/// once (the coordinator opens a job's phases one after the other) would
+/// each build the same tables, and the last one stays cached.
 fn lower_bounds(board: &Board, pairs: bool, triples: bool, kept: Option<&PairPenalties>) -> Arc<LowerBounds> {
     let key = (board.fingerprint(), pairs, triples);
-    let mut cache = LOWER.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((k, lower)) = cache.as_ref() {
-        if *k == key {
-            return lower.clone();
-        }
+    let cached = |cache: &Option<(LowerKey, Arc<LowerBounds>)>| {
+        cache.as_ref().filter(|(k, _)| *k == key).map(|(_, lower)| lower.clone())
+    };
+    if let Some(lower) = cached(&LOWER.lock().unwrap_or_else(|e| e.into_inner())) {
+        return lower;
     }
-    let lower = LowerBounds::with_kept_pairs(board, pairs, kept);
+    let lower = LowerBounds::with_kept_pairs_joined(board, pairs, kept, &on_threads);
     let lower = Arc::new(if triples { lower.with_triples(board).0 } else { lower });
-    *cache = Some((key, lower.clone()));
+    *LOWER.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, lower.clone()));
     lower
 }
 
