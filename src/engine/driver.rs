@@ -452,12 +452,15 @@ fn search<K: StateKey, D: Deployment>(
         // the user's cap counts the states the solve keeps: a failed try's
         // are a hedge the user did not ask for (a try's own cap is below it)
         let asked = spec.max_states.map(|m| m.saturating_sub(tries.kept(&totals)));
-        let cap = tighter(asked, trying.map(|t| t.budget));
         // the larger tables pay once a search stores about what they cost:
         // the bounded search counts its iterations together, a try (which is
         // the plain search) its own states, so it grows them as the plain
         // search would
         let trial = given.trial_left(if trying.is_some() { 0 } else { tries.kept(&totals) });
+        // a try whose budget ends before the small tables' trial goes on to
+        // it (see `PlainTries`): the plain search needs the larger tables
+        let budget = trying.map(|t| t.budget.max(trial.unwrap_or(0)));
+        let cap = tighter(asked, budget);
         let max_states = tighter(cap, trial);
         let limits = Limits { cancel, max_states, bound: limit };
         let mut end = None;
@@ -573,7 +576,7 @@ fn search<K: StateKey, D: Deployment>(
             Ok(())
         })?;
         report.record_stats(&totals);
-        if matches!(end, Some(SearchEnd::Limit)) && !gave_up && trial.is_some_and(|t| cap.is_none_or(|a| t < a)) {
+        if matches!(end, Some(SearchEnd::Limit)) && !gave_up && trial.is_some_and(|t| asked.is_none_or(|a| t < a)) {
             // the search outgrew the small tables: the same iteration again
             // with the larger ones (those before it stay proven)
             (tried, last_stored) = (tried_before, last_before);
@@ -581,11 +584,16 @@ fn search<K: StateKey, D: Deployment>(
                 cut.search = IterationSearch::Outgrown;
             }
             report.small_tables_states = totals.stored;
+            if trying.is_some() {
+                // a try's states are dropped, not the solve's: the try is
+                // searched again with the larger tables
+                tries.stored += totals.stored - stored_before;
+            }
             deployment.restart_iteration()?;
             given.grow(deployment, board, Pass::Main { at_floor: false, plain_try: None }, cancel, report)?;
             continue;
         }
-        if let (Some(SearchEnd::Limit), Some(PlainTry { budget, .. })) = (&end, trying) {
+        if let (Some(SearchEnd::Limit), Some(budget)) = (&end, budget) {
             if gave_up || asked.is_none_or(|a| budget < a) {
                 // the plain search needs more than its budget: the bounded
                 // search goes on with the bound it was to search next
@@ -1061,6 +1069,17 @@ fn next_bound(limit: u32, stats: &SearchStats, last: u64) -> u32 {
 /// bounded search goes on with the bound it was to search next, its proofs
 /// below it kept.
 ///
+/// A try is the plain search, so it grows the small k-PG tables where the
+/// plain search would (once it has stored their trial, counting its own
+/// states), and a budget that ends before that point is stretched to it: a
+/// try cut off with the small tables says nothing of the plain search,
+/// which would have gone on with the larger ones (Microban II #124, 30
+/// pushes: the second try ran out at 121 thousand states, 20 thousand short
+/// of the trial, where the larger tables finish in 60 thousand more). A try
+/// cut to grow the tables and searched again counts as a failed one: the
+/// solve does not keep its states, and the next try is due by the bounded
+/// search's own.
+///
 /// The budgets grow geometrically with the bounded search's own states, so
 /// the failed tries together cost a bounded multiple of it; a try that
 /// the last one's growth says cannot finish (see [`Growth`]) is skipped, so
@@ -1074,7 +1093,8 @@ struct PlainTries {
     /// The try about to run, or running: its budget, and the bound the
     /// bounded search searches after it.
     running: Option<PlainTry>,
-    /// States the failed tries stored (the solve keeps the rest).
+    /// States the failed tries stored, and those cut to grow the tables
+    /// (the solve keeps the rest).
     stored: u64,
     /// Bounded states after which the next try is due (0: [`TRY_FIRST`]).
     due: u64,
