@@ -458,8 +458,11 @@ fn search<K: StateKey, D: Deployment>(
         // search would
         let trial = given.trial_left(if trying.is_some() { 0 } else { tries.kept(&totals) });
         // a try whose budget ends before the small tables' trial goes on to
-        // it (see `PlainTries`): the plain search needs the larger tables
-        let budget = trying.map(|t| t.budget.max(trial.unwrap_or(0)));
+        // it (see `PlainTries`): the plain search needs the larger tables;
+        // not past the user's cap, which a try must not reach (it would end
+        // the solve)
+        let stretch = trial.filter(|&t| asked.is_none_or(|a| t < a)).unwrap_or(0);
+        let budget = trying.map(|t| t.budget.max(stretch));
         let cap = tighter(asked, budget);
         let max_states = tighter(cap, trial);
         let limits = Limits { cancel, max_states, bound: limit };

@@ -570,6 +570,33 @@ fn a_plain_try_whose_budget_ends_before_the_trial_goes_on_to_it() {
     assert!(v["states"].as_u64().unwrap() < 400_000, "{v}");
 }
 
+/// Regression: a try stretched to the small tables' trial ran past what
+/// `--max-states` left, and reaching the user's cap in a try ended the
+/// solve: Microban II #124 with a cap of 100,000 (the trial is about
+/// 141,000) stopped after its first try, 120 thousand states in. A try is
+/// stretched only where the cap leaves room for the trial; the first try
+/// here runs out at its budget and the bounded search goes on.
+#[test]
+fn a_try_is_not_stretched_to_the_trial_past_the_users_cap() {
+    let file = repo("levels/Microban_II_135.xsb");
+    let args = [
+        "solve",
+        file.to_str().unwrap(),
+        "--level",
+        "124",
+        "--objective",
+        "pushes",
+        "--json",
+        "--max-states",
+        "100000",
+    ];
+    let (_, v) = cli(&args);
+    let its = iterations(&v);
+    let first = its.iter().position(|it| it.0.is_none()).unwrap_or_else(|| panic!("no plain try: {v}"));
+    assert_eq!(its[first].1, "plain_try", "{v}");
+    assert!(its[first..].iter().any(|it| it.0.is_some()), "the bounded search goes on after the try: {v}");
+}
+
 /// Regression: where the bound drops little of a small state space, the
 /// iterations below the optimum cost far more than the plain search: on
 /// Microban I #139 (106 pushes) the bounds 74 to 100 stored 1.3 million
