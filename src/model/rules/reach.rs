@@ -431,9 +431,6 @@ const RING_JOINS: [bool; 256] = {
     t
 };
 
-/// [`ring_connected`] on bitboard rows: the ring's eight squares read off
-/// three rows (free: floor without a box), looked up in [`RING_JOINS`].
-#[inline]
 /// The square-by-square flood of the free squares connected to `from` (not
 /// in `occ`), each marked `s` in `mark` and handed to `visit` as it is taken
 /// in, `from` first.
@@ -465,6 +462,9 @@ fn flood_marked(
     }
 }
 
+/// [`ring_connected`] on bitboard rows: the ring's eight squares read off
+/// three rows (free: floor without a box), looked up in [`RING_JOINS`].
+#[inline]
 pub(super) fn ring_connected_bits(g: &BitGrid, occ: &[u64], f: u16) -> bool {
     let (r, bit) = g.word_bit(f);
     let c = bit.trailing_zeros();
