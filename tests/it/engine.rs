@@ -2,7 +2,7 @@
 //! partitions.
 
 use crate::common::{
-    for_levels, level_in_block_room, level_with_boxes, level_with_boxes_on_goals, microban, small_level, truth,
+    for_levels, level_in_block_room, level_with_boxes, level_with_boxes_on_goals, microban, shipped, small_level, truth,
 };
 use crate::reference::reference_pushes;
 use proptest::prelude::*;
@@ -109,6 +109,20 @@ fn pi_corrals_keep_the_optimum_on_crowded_levels() {
     });
     eprintln!("pi_corrals_keep_the_optimum_on_crowded_levels: {tally:?}");
     tally.assert_covers(1000, 0.07, true);
+}
+
+/// Microban II #68 (24 pushes) has states whose PI-corral search stops at
+/// its work limit (`solve --no-bound` stores 123,856 states with the limit,
+/// 123,762 without it and 200,466 without the restriction): the restricted
+/// search, stopped or not, keeps the optimum and a solution that verifies.
+#[test]
+fn a_corral_search_stopped_at_its_work_limit_keeps_the_optimum() {
+    let (level, board) = shipped("Microban_II_135.xsb", 68);
+    let (status, pushes, solution) = solve_with(&board, 8, 2, Pruning::SOLVE);
+    assert_eq!((status, pushes), (Status::Solved, Some(24)));
+    assert_eq!(solve_with(&board, 8, 2, Pruning::ALL).1, Some(24));
+    let v = verify(&level, solution.as_deref().unwrap());
+    assert!(v.valid && v.pushes == 24, "{v:?}");
 }
 
 #[test]

@@ -51,6 +51,9 @@ pub(super) struct Corrals {
     pub(super) row_test: Vec<RowTest>,
     /// Per row, whether its `row_test` holds for the corral under test.
     pub(super) row_fresh: Vec<bool>,
+    /// The last search's steps: the corrals started and the areas taken in
+    /// (past [`CORRAL_WORK`] it stopped).
+    pub(super) work: u32,
 }
 
 /// The pushes of a corral's fence boxes on one bitboard row, per direction:
@@ -96,6 +99,20 @@ fn test_row(g: &BitGrid, reach: &[u64], u: &[u64], fence: &[u64], r: usize) -> R
     }
     t
 }
+
+/// The most areas the PI-corral search starts a corral from or takes into one,
+/// all corrals of a state together; past it the search stops with the best
+/// corral found so far, or none. Any corral that qualifies restricts soundly
+/// (the one with the fewest pushes only branches least), and no corral
+/// restricts nothing, so this bounds the cost of a state, never its answer.
+/// The search is quadratic in the areas: on Microban II #131 (44 boxes packed
+/// along a diagonal, about 25 areas) it took 257 steps a state and found a
+/// corral in 8% of the states, in 35% of the solver's time. On Microban I
+/// #153, Microban II #126 and XSokoban #43 and #60, where corrals are found in
+/// 40% to 80% of the states, it takes 2 to 5 steps a state on average and
+/// never 64; on XSokoban #4 about one state in a thousand took 64 to 127
+/// (`docs/benchmarks.md`).
+pub(super) const CORRAL_WORK: u32 = 64;
 
 /// Up to this many areas, a square's area is found by looking through them
 /// (cheaper than building the map of [`Corrals::area_at`]).
@@ -175,8 +192,13 @@ impl Corrals {
 /// state on it is solvable, so no sound state pruning drops it. If a qualifying
 /// corral has no legal push inward the state is unsolvable, and it gets no
 /// successors. Nothing above needs `A` connected.
+///
+/// The search stops after [`CORRAL_WORK`] corrals started and areas taken in,
+/// with the best corral found by then, if any: the argument above holds for
+/// every qualifying corral, so the restriction stays sound.
 pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
     let n = board.floor_count();
+    sc.corral.work = 0;
     if sc.reach_size() + boxes.len() == n {
         // the flood of the player's region (still in `queue`) took every free square
         return false;
@@ -235,6 +257,10 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
     }
     let mut found = false;
     for start in 0..c.areas.len() {
+        c.work += 1;
+        if c.work > CORRAL_WORK {
+            return found;
+        }
         c.in_union.clear();
         c.in_union.resize(c.areas.len(), false);
         c.union.clear();
@@ -303,7 +329,13 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
             }
             match verdict {
                 Some(true) => break true,
-                Some(false) => c.in_union[*c.union.last().expect("just pushed")] = true,
+                Some(false) => {
+                    c.work += 1;
+                    if c.work > CORRAL_WORK {
+                        return found;
+                    }
+                    c.in_union[*c.union.last().expect("just pushed")] = true
+                }
                 None => break false,
             }
         };
@@ -390,6 +422,10 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
     c.row_fresh.resize(rows, false);
     let mut found = false;
     for i in 0..c.order.len() {
+        c.work += 1;
+        if c.work > CORRAL_WORK {
+            return found;
+        }
         let start = c.order[i].2;
         c.in_union.clear();
         c.in_union.resize(c.areas.len(), false);
@@ -452,6 +488,10 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
                 }
             }
             let Some(a) = outside else { break false };
+            c.work += 1;
+            if c.work > CORRAL_WORK {
+                return found;
+            }
             c.in_union[a] = true;
             goal_inside |= c.areas[a].0;
             let (top, bottom, off) = c.span[a];

@@ -153,6 +153,59 @@ mod tests {
         assert!(all.len() > corral.len() && all.contains(&corral[0]), "{all:?}");
     }
 
+    /// Microban II #131 (44 boxes packed along a diagonal) fences about 25
+    /// areas at the start, and the corrals grown from them take in area after
+    /// area: the search stops at its work limit (a state there took 257 steps
+    /// on average, a third of the solve's time, before the limit). What it
+    /// leaves is still a corral that qualifies, or none.
+    #[test]
+    fn crowded_state_stops_the_corral_search_at_its_work_limit() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_II_135.xsb")).unwrap();
+        let level = crate::model::level::split_collection(&text, "Microban_II_135.xsb")[130].parse().unwrap();
+        let b = Board::new(&level).unwrap();
+        assert_eq!(b.box_count(), 44);
+        let mut sc = Scratch::new(&b);
+        let boxes = b.start_boxes.clone();
+        sc.place(&boxes);
+        sc.flood_reach(&b, b.start_player);
+        let found = pi_corral_pushes(&b, &mut sc, &boxes);
+        assert_eq!(sc.corral.work, corral::CORRAL_WORK + 1);
+        // with or without a corral, the restricted pushes are legal ones
+        let all = pushes_from_start(&b, Pruning::ALL);
+        let kept = pushes_from_start(&b, Pruning::SOLVE);
+        assert!(kept.iter().all(|m| all.contains(m)) && !kept.is_empty(), "{found} {kept:?}");
+        sc.clear(&boxes);
+    }
+
+    /// The integration test `a_corral_search_stopped_at_its_work_limit_keeps_the_optimum`
+    /// solves Microban II #68 with the restriction: states within a few pushes
+    /// of its start already stop the corral search at its work limit.
+    #[test]
+    fn microban_ii_68_has_states_that_stop_the_corral_search() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_II_135.xsb")).unwrap();
+        let level = crate::model::level::split_collection(&text, "Microban_II_135.xsb")[67].parse().unwrap();
+        let b = Board::new(&level).unwrap();
+        let mut sc = Scratch::new(&b);
+        let start = (b.start_boxes.clone(), normalize_player(&b, &mut sc, &b.start_boxes, b.start_player));
+        let mut seen = std::collections::HashSet::from([start.clone()]);
+        let (mut queue, mut at, mut stopped) = (vec![start], 0, 0);
+        while at < queue.len() && at < 20_000 {
+            let (boxes, player) = queue[at].clone();
+            at += 1;
+            sc.place(&boxes);
+            sc.flood_reach(&b, player);
+            pi_corral_pushes(&b, &mut sc, &boxes);
+            stopped += (sc.corral.work > corral::CORRAL_WORK) as usize;
+            sc.clear(&boxes);
+            for_each_push(&b, &mut sc, &boxes, player, Pruning::SOLVE, |next, p, _| {
+                if seen.insert((next.to_vec(), p)) {
+                    queue.push((next.to_vec(), p));
+                }
+            });
+        }
+        assert!(stopped > 0, "{at} states searched, none stopped");
+    }
+
     /// Neither fenced area qualifies on its own: the right box can be pushed into
     /// the middle area only from the goal area, and into the goal area only from
     /// the middle one. Together they form one PI-corral, whose only push is the
@@ -249,7 +302,7 @@ mod tests {
             rng ^= rng << 17;
             (rng % n as u64) as usize
         };
-        let (mut states, mut with_corral, mut restricted, mut crowded_corrals) = (0, 0, 0, 0);
+        let (mut states, mut with_corral, mut restricted, mut crowded_corrals, mut stopped) = (0, 0, 0, 0, 0);
         let mut moved = 0;
         for level in 0..800 {
             let crowded = level % 2 == 1;
@@ -353,7 +406,7 @@ mod tests {
                     let found = pi_corral_pushes(board, sc, &set);
                     let best = if found { sc.corral.best.clone() } else { Vec::new() };
                     sc.clear(&set);
-                    (normal, found, best)
+                    (normal, found, best, sc.corral.work)
                 };
                 let got = run(&bits, &mut sb);
                 assert_eq!(
@@ -365,15 +418,16 @@ mod tests {
                 with_corral += got.1 as usize;
                 restricted += (got.1 && !got.2.is_empty()) as usize;
                 crowded_corrals += (crowded && got.1) as usize;
+                stopped += (got.3 > corral::CORRAL_WORK) as usize;
             }
         }
         eprintln!(
-            "corral agreement: {states} states, {with_corral} with a corral ({crowded_corrals} crowded), {restricted} restricted, {moved} moves"
+            "corral agreement: {states} states, {with_corral} with a corral ({crowded_corrals} crowded), {restricted} restricted, {stopped} stopped at the work limit, {moved} moves"
         );
         assert!(moved > 20_000, "{moved} moves");
         assert!(
-            states > 5_000 && with_corral > 200 && restricted > 100 && crowded_corrals > 200,
-            "{states} {with_corral} {restricted} {crowded_corrals}"
+            states > 5_000 && with_corral > 200 && restricted > 100 && crowded_corrals > 200 && stopped > 0,
+            "{states} {with_corral} {restricted} {crowded_corrals} {stopped}"
         );
     }
 
