@@ -104,14 +104,15 @@ fn test_row(g: &BitGrid, reach: &[u64], u: &[u64], fence: &[u64], r: usize) -> R
 /// all corrals of a state together; past it the search stops with the best
 /// corral found so far, or none. Any corral that qualifies restricts soundly
 /// (the one with the fewest pushes only branches least), and no corral
-/// restricts nothing, so this bounds the cost of a state, never its answer.
-/// The search is quadratic in the areas: on Microban II #131 (44 boxes packed
+/// restricts nothing, so this bounds the cost of a state and keeps every
+/// optimum (the states stored may change where a corral is dropped). The
+/// search is quadratic in the areas: on Microban II #131 (44 boxes packed
 /// along a diagonal, about 25 areas) it took 257 steps a state and found a
-/// corral in 8% of the states, in 35% of the solver's time. On Microban I
-/// #153, Microban II #126 and XSokoban #43 and #60, where corrals are found in
-/// 40% to 80% of the states, it takes 2 to 5 steps a state on average and
-/// never 64; on XSokoban #4 about one state in a thousand took 64 to 127
-/// (`docs/benchmarks.md`).
+/// corral in 7% of the states, in 35% of the solver's time. On Microban I
+/// #153, Microban II #126 and XSokoban #43 and #60, where corrals are found
+/// in a third to four fifths of the states, it takes 2 to 6 steps a state
+/// on average and never 64; on XSokoban #4 about one state in a thousand
+/// took 64 to 127 (`docs/benchmarks.md`).
 pub(super) const CORRAL_WORK: u32 = 64;
 
 /// Up to this many areas, a square's area is found by looking through them
