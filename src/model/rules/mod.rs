@@ -130,6 +130,13 @@ mod tests {
         assert_eq!(count(&mut sc, Pruning { freeze: true, ..Pruning::NONE }), 4);
     }
 
+    /// Microban II level `index` (1-based), shipped in `levels/`.
+    fn microban_ii(index: usize) -> Board {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_II_135.xsb")).unwrap();
+        let level = crate::model::level::split_collection(&text, "Microban_II_135.xsb")[index - 1].parse().unwrap();
+        Board::new(&level).unwrap()
+    }
+
     fn pushes_from_start(b: &Board, pruning: Pruning) -> Vec<((usize, usize), u8)> {
         let mut sc = Scratch::new(b);
         let mut got = Vec::new();
@@ -160,9 +167,7 @@ mod tests {
     /// leaves is still a corral that qualifies, or none.
     #[test]
     fn crowded_state_stops_the_corral_search_at_its_work_limit() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_II_135.xsb")).unwrap();
-        let level = crate::model::level::split_collection(&text, "Microban_II_135.xsb")[130].parse().unwrap();
-        let b = Board::new(&level).unwrap();
+        let b = microban_ii(131);
         assert_eq!(b.box_count(), 44);
         let mut sc = Scratch::new(&b);
         let boxes = b.start_boxes.clone();
@@ -182,9 +187,7 @@ mod tests {
     /// of its start already stop the corral search at its work limit.
     #[test]
     fn microban_ii_68_has_states_that_stop_the_corral_search() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_II_135.xsb")).unwrap();
-        let level = crate::model::level::split_collection(&text, "Microban_II_135.xsb")[67].parse().unwrap();
-        let b = Board::new(&level).unwrap();
+        let b = microban_ii(68);
         let mut sc = Scratch::new(&b);
         let start = (b.start_boxes.clone(), normalize_player(&b, &mut sc, &b.start_boxes, b.start_player));
         let mut seen = std::collections::HashSet::from([start.clone()]);
