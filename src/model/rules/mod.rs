@@ -162,9 +162,9 @@ mod tests {
 
     /// Microban II #131 (44 boxes packed along a diagonal) fences about 25
     /// areas at the start, and the corrals grown from them take in area after
-    /// area: the search stops at its work limit (a state there took 257 steps
-    /// on average, a third of the solve's time, before the limit). What it
-    /// leaves is still a corral that qualifies, or none.
+    /// area: the search stops at its work limit (before the limit, a state of
+    /// its solve took 257 steps on average, a third of the solve's time). What
+    /// it leaves is still a corral that qualifies, or none.
     #[test]
     fn crowded_state_stops_the_corral_search_at_its_work_limit() {
         let b = microban_ii(131);
@@ -183,8 +183,9 @@ mod tests {
     }
 
     /// The integration test `a_corral_search_stopped_at_its_work_limit_keeps_the_optimum`
-    /// solves Microban II #68 with the restriction: states within a few pushes
-    /// of its start already stop the corral search at its work limit.
+    /// solves Microban II #68 with the restriction: among the first 20,000
+    /// states a breadth-first search of its pushes reaches, some stop the
+    /// corral search at its work limit.
     #[test]
     fn microban_ii_68_has_states_that_stop_the_corral_search() {
         let b = microban_ii(68);
