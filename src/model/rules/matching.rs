@@ -39,12 +39,25 @@ pub(super) struct Matching {
     /// the sorted frozen squares): the same boxes freeze in many states, and
     /// the floods are most of the test's cost (on Microban II #131, where
     /// boxes freeze on goals all the time, they took 44% of the search).
-    pub(super) cache: FxHashMap<Vec<u16>, (Vec<u16>, Vec<u64>)>,
+    /// With them, per target, the square of the box the last perfect matching
+    /// under that set gave it (`NONE`: none, or no matching yet): the next
+    /// state with the same frozen set differs by a box or two, so most of
+    /// those pairs still hold and only the rest are matched again.
+    pub(super) cache: FxHashMap<Vec<u16>, Cached>,
     /// Words held by `cache`; it is emptied past [`CACHE_WORDS`].
     pub(super) cache_words: usize,
     key: Vec<u16>,
     unmatched: Vec<usize>,
+    /// The last matching's box squares by target, from the cache.
+    hint: Vec<u16>,
+    /// Per floor square: the index of the movable box on it, `u32::MAX` if
+    /// none (set and cleared by each test).
+    box_at: Vec<u32>,
 }
+
+/// A frozen set's free targets, their reach words, and the box squares the
+/// last perfect matching under it gave them.
+pub(super) type Cached = (Vec<u16>, Vec<u64>, Vec<u16>);
 
 /// Most reach words the cache of one [`Scratch`] holds (4 MiB).
 const CACHE_WORDS: usize = 1 << 19;
@@ -83,19 +96,24 @@ pub(super) fn frozen_targets_unmatched(
     m.key.extend_from_slice(&sc.frozen);
     m.key[1..].sort_unstable();
     let row = board.floor_count().div_ceil(64);
-    if let Some((targets, reach)) = m.cache.get(&m.key) {
+    if let Some((targets, reach, hint)) = m.cache.get(&m.key) {
         m.targets.clone_from(targets);
         m.reach.clone_from(reach);
+        m.hint.clone_from(hint);
     } else {
         m.targets.clear();
         m.targets.extend(targets.iter().copied().filter(|&t| !walls[t as usize]));
         reach_targets(board, m, walls, row, kind);
-        if m.cache_words + m.reach.len() > CACHE_WORDS {
+        // the reach words and the hint's squares, four to a word
+        let words = m.reach.len() + m.targets.len().div_ceil(4);
+        if m.cache_words + words > CACHE_WORDS {
             m.cache.clear();
             m.cache_words = 0;
         }
-        m.cache_words += m.reach.len();
-        m.cache.insert(m.key.clone(), (m.targets.clone(), m.reach.clone()));
+        m.cache_words += words;
+        m.hint.clear();
+        m.hint.resize(m.targets.len(), NONE);
+        m.cache.insert(m.key.clone(), (m.targets.clone(), m.reach.clone(), m.hint.clone()));
     }
     let dead = if m.boxes.len() > m.targets.len() {
         true
@@ -104,17 +122,40 @@ pub(super) fn frozen_targets_unmatched(
         m.owner.resize(m.targets.len(), u32::MAX);
         m.seen.clear();
         m.seen.resize(m.targets.len(), 0);
-        // each box first takes a free target it reaches, if any (most do:
-        // the augmenting paths are then left for the few that compete)
+        m.box_at.resize(board.floor_count(), u32::MAX);
+        for (i, &b) in m.boxes.iter().enumerate() {
+            m.box_at[b as usize] = i as u32;
+        }
+        // the last matching's pairs that still hold: the box is still here,
+        // movable and unpaired, and still reaches the target (any valid
+        // partial matching is a start from which the augmenting paths find
+        // a perfect one if there is one)
+        let reaches = |m: &Matching, j: usize, b: u16| m.reach[j * row + b as usize / 64] >> (b % 64) & 1 != 0;
+        for j in 0..m.targets.len() {
+            let b = m.hint[j];
+            if b == NONE || m.box_at[b as usize] == u32::MAX || !reaches(m, j, b) {
+                continue;
+            }
+            m.owner[j] = m.box_at[b as usize];
+            // a box is on one square: it pairs once
+            m.box_at[b as usize] = u32::MAX;
+        }
+        // each other box first takes a free target it reaches, if any (most
+        // do: the augmenting paths are then left for the few that compete)
         let mut unmatched = std::mem::take(&mut m.unmatched);
         unmatched.clear();
         for (i, &b) in m.boxes.iter().enumerate() {
-            let free = (0..m.targets.len())
-                .find(|&j| m.owner[j] == u32::MAX && m.reach[j * row + b as usize / 64] >> (b % 64) & 1 != 0);
+            if m.box_at[b as usize] == u32::MAX {
+                continue;
+            }
+            let free = (0..m.targets.len()).find(|&j| m.owner[j] == u32::MAX && reaches(m, j, b));
             match free {
                 Some(j) => m.owner[j] = i as u32,
                 None => unmatched.push(i),
             }
+        }
+        for &b in &m.boxes {
+            m.box_at[b as usize] = u32::MAX;
         }
         let mut matched = true;
         for (round, &i) in unmatched.iter().enumerate() {
@@ -124,6 +165,14 @@ pub(super) fn frozen_targets_unmatched(
             }
         }
         m.unmatched = unmatched;
+        if matched {
+            let (owner, boxes) = (&m.owner, &m.boxes);
+            if let Some((_, _, hint)) = m.cache.get_mut(&m.key) {
+                hint.iter_mut()
+                    .zip(owner)
+                    .for_each(|(h, &i)| *h = if i == u32::MAX { NONE } else { boxes[i as usize] });
+            }
+        }
         !matched
     };
     for &f in &sc.frozen {

@@ -210,6 +210,39 @@ mod tests {
         assert!(stopped > 0, "{at} states searched, none stopped");
     }
 
+    /// The frozen-target matching starts from the pairs of the last matching
+    /// under the same frozen set, which a long-lived scratch remembers: its
+    /// answers must be those of a fresh scratch. Microban II #131 freezes
+    /// boxes on goals in nearly every state; its first 5,000 states by
+    /// breadth-first search, each expanded with both.
+    #[test]
+    fn frozen_matching_answers_alike_from_the_last_pairs_or_afresh() {
+        let b = microban_ii(131);
+        let mut warm = Scratch::new(&b);
+        let start = (b.start_boxes.clone(), normalize_player(&b, &mut warm, &b.start_boxes, b.start_player));
+        let mut seen = std::collections::HashSet::from([start.clone()]);
+        let (mut queue, mut at, mut pruned) = (vec![start], 0, 0);
+        let successors = |sc: &mut Scratch, boxes: &[u16], player: u16, pruning: Pruning| {
+            let mut got = Vec::new();
+            for_each_push(&b, sc, boxes, player, pruning, |next, p, _| got.push((next.to_vec(), p)));
+            got
+        };
+        while at < queue.len() && at < 5_000 {
+            let (boxes, player) = queue[at].clone();
+            at += 1;
+            let got = successors(&mut warm, &boxes, player, Pruning::ALL);
+            assert_eq!(got, successors(&mut Scratch::new(&b), &boxes, player, Pruning::ALL), "state {at}");
+            pruned += successors(&mut warm, &boxes, player, Pruning::NONE).len() - got.len();
+            for s in got {
+                if seen.insert(s.clone()) {
+                    queue.push(s);
+                }
+            }
+        }
+        let hinted = warm.matching.cache.values().filter(|(_, _, hint)| hint.iter().any(|&h| h != NONE)).count();
+        assert!(at == 5_000 && pruned > 1_000 && hinted > 10, "{at} states, {pruned} pruned, {hinted} hinted");
+    }
+
     /// Neither fenced area qualifies on its own: the right box can be pushed into
     /// the middle area only from the goal area, and into the goal area only from
     /// the middle one. Together they form one PI-corral, whose only push is the
