@@ -190,24 +190,46 @@ mod tests {
     fn microban_ii_68_has_states_that_stop_the_corral_search() {
         let b = microban_ii(68);
         let mut sc = Scratch::new(&b);
-        let start = (b.start_boxes.clone(), normalize_player(&b, &mut sc, &b.start_boxes, b.start_player));
+        let mut stopped = 0;
+        let searched = breadth_first(&b, &mut sc, 20_000, |sc, boxes, player| {
+            sc.place(boxes);
+            sc.flood_reach(&b, player);
+            pi_corral_pushes(&b, sc, boxes);
+            stopped += (sc.corral.work > corral::CORRAL_WORK) as usize;
+            sc.clear(boxes);
+            successors(&b, sc, boxes, player, Pruning::SOLVE)
+        });
+        assert!(stopped > 0, "{searched} states searched, none stopped");
+    }
+
+    /// The pushes from a state: the successors and their normalized players.
+    fn successors(b: &Board, sc: &mut Scratch, boxes: &[u16], player: u16, pruning: Pruning) -> Vec<(Vec<u16>, u16)> {
+        let mut got = Vec::new();
+        for_each_push(b, sc, boxes, player, pruning, |next, p, _| got.push((next.to_vec(), p)));
+        got
+    }
+
+    /// Up to `limit` states of `b` in breadth-first order from its start, each
+    /// handed to `visit`, which returns its successors; how many it visited.
+    fn breadth_first(
+        b: &Board,
+        sc: &mut Scratch,
+        limit: usize,
+        mut visit: impl FnMut(&mut Scratch, &[u16], u16) -> Vec<(Vec<u16>, u16)>,
+    ) -> usize {
+        let start = (b.start_boxes.clone(), normalize_player(b, sc, &b.start_boxes, b.start_player));
         let mut seen = std::collections::HashSet::from([start.clone()]);
-        let (mut queue, mut at, mut stopped) = (vec![start], 0, 0);
-        while at < queue.len() && at < 20_000 {
+        let (mut queue, mut at) = (vec![start], 0);
+        while at < queue.len() && at < limit {
             let (boxes, player) = queue[at].clone();
             at += 1;
-            sc.place(&boxes);
-            sc.flood_reach(&b, player);
-            pi_corral_pushes(&b, &mut sc, &boxes);
-            stopped += (sc.corral.work > corral::CORRAL_WORK) as usize;
-            sc.clear(&boxes);
-            for_each_push(&b, &mut sc, &boxes, player, Pruning::SOLVE, |next, p, _| {
-                if seen.insert((next.to_vec(), p)) {
-                    queue.push((next.to_vec(), p));
+            for s in visit(sc, &boxes, player) {
+                if seen.insert(s.clone()) {
+                    queue.push(s);
                 }
-            });
+            }
         }
-        assert!(stopped > 0, "{at} states searched, none stopped");
+        at
     }
 
     /// The frozen-target matching starts from the pairs of the last matching
@@ -219,28 +241,18 @@ mod tests {
     fn frozen_matching_answers_alike_from_the_last_pairs_or_afresh() {
         let b = microban_ii(131);
         let mut warm = Scratch::new(&b);
-        let start = (b.start_boxes.clone(), normalize_player(&b, &mut warm, &b.start_boxes, b.start_player));
-        let mut seen = std::collections::HashSet::from([start.clone()]);
-        let (mut queue, mut at, mut pruned) = (vec![start], 0, 0);
-        let successors = |sc: &mut Scratch, boxes: &[u16], player: u16, pruning: Pruning| {
-            let mut got = Vec::new();
-            for_each_push(&b, sc, boxes, player, pruning, |next, p, _| got.push((next.to_vec(), p)));
+        let mut pruned = 0;
+        let searched = breadth_first(&b, &mut warm, 5_000, |warm, boxes, player| {
+            let got = successors(&b, warm, boxes, player, Pruning::ALL);
+            assert_eq!(got, successors(&b, &mut Scratch::new(&b), boxes, player, Pruning::ALL), "{boxes:?} {player}");
+            pruned += successors(&b, warm, boxes, player, Pruning::NONE).len() - got.len();
             got
-        };
-        while at < queue.len() && at < 5_000 {
-            let (boxes, player) = queue[at].clone();
-            at += 1;
-            let got = successors(&mut warm, &boxes, player, Pruning::ALL);
-            assert_eq!(got, successors(&mut Scratch::new(&b), &boxes, player, Pruning::ALL), "state {at}");
-            pruned += successors(&mut warm, &boxes, player, Pruning::NONE).len() - got.len();
-            for s in got {
-                if seen.insert(s.clone()) {
-                    queue.push(s);
-                }
-            }
-        }
+        });
         let hinted = warm.matching.cache.values().filter(|(_, _, hint)| hint.iter().any(|&h| h != NONE)).count();
-        assert!(at == 5_000 && pruned > 1_000 && hinted > 10, "{at} states, {pruned} pruned, {hinted} hinted");
+        assert!(
+            searched == 5_000 && pruned > 1_000 && hinted > 10,
+            "{searched} states, {pruned} pruned, {hinted} hinted"
+        );
     }
 
     /// Neither fenced area qualifies on its own: the right box can be pushed into
