@@ -150,6 +150,13 @@ impl Corrals {
         }
     }
 
+    /// Counts one step of the search (a corral started or an area taken
+    /// in); true when it goes past [`CORRAL_WORK`] and the search must stop.
+    fn spent(&mut self) -> bool {
+        self.work += 1;
+        self.work > CORRAL_WORK
+    }
+
     /// Keeps the corral just tested (its pushes in `pushes`) when it qualifies
     /// and has fewer pushes than the best so far; true when the search can
     /// stop (a qualifying corral without pushes: the state is dead).
@@ -258,8 +265,7 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
     }
     let mut found = false;
     for start in 0..c.areas.len() {
-        c.work += 1;
-        if c.work > CORRAL_WORK {
+        if c.spent() {
             return found;
         }
         c.in_union.clear();
@@ -331,8 +337,7 @@ pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -
             match verdict {
                 Some(true) => break true,
                 Some(false) => {
-                    c.work += 1;
-                    if c.work > CORRAL_WORK {
+                    if c.spent() {
                         return found;
                     }
                     c.in_union[*c.union.last().expect("just pushed")] = true
@@ -423,8 +428,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
     c.row_fresh.resize(rows, false);
     let mut found = false;
     for i in 0..c.order.len() {
-        c.work += 1;
-        if c.work > CORRAL_WORK {
+        if c.spent() {
             return found;
         }
         let start = c.order[i].2;
@@ -489,8 +493,7 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
                 }
             }
             let Some(a) = outside else { break false };
-            c.work += 1;
-            if c.work > CORRAL_WORK {
+            if c.spent() {
                 return found;
             }
             c.in_union[a] = true;

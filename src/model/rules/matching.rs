@@ -55,6 +55,14 @@ pub(super) struct Matching {
     box_at: Vec<u32>,
 }
 
+impl Matching {
+    /// Whether a box on `b` can get to target `j` (reach words `row` to a target).
+    #[inline]
+    fn reaches(&self, row: usize, j: usize, b: u16) -> bool {
+        self.reach[j * row + b as usize / 64] >> (b % 64) & 1 != 0
+    }
+}
+
 /// A frozen set's free targets, their reach words, and the box squares the
 /// last perfect matching under it gave them.
 pub(super) type Cached = (Vec<u16>, Vec<u64>, Vec<u16>);
@@ -130,10 +138,9 @@ pub(super) fn frozen_targets_unmatched(
         // movable and unpaired, and still reaches the target (any valid
         // partial matching is a start from which the augmenting paths find
         // a perfect one if there is one)
-        let reaches = |m: &Matching, j: usize, b: u16| m.reach[j * row + b as usize / 64] >> (b % 64) & 1 != 0;
         for j in 0..m.targets.len() {
             let b = m.hint[j];
-            if b == NONE || m.box_at[b as usize] == u32::MAX || !reaches(m, j, b) {
+            if b == NONE || m.box_at[b as usize] == u32::MAX || !m.reaches(row, j, b) {
                 continue;
             }
             m.owner[j] = m.box_at[b as usize];
@@ -148,7 +155,7 @@ pub(super) fn frozen_targets_unmatched(
             if m.box_at[b as usize] == u32::MAX {
                 continue;
             }
-            let free = (0..m.targets.len()).find(|&j| m.owner[j] == u32::MAX && reaches(m, j, b));
+            let free = (0..m.targets.len()).find(|&j| m.owner[j] == u32::MAX && m.reaches(row, j, b));
             match free {
                 Some(j) => m.owner[j] = i as u32,
                 None => unmatched.push(i),
@@ -219,7 +226,7 @@ fn reach_targets(board: &Board, m: &mut Matching, walls: &[bool], row: usize, ki
 pub(super) fn augment(m: &mut Matching, row: usize, i: usize, round: u32) -> bool {
     let b = m.boxes[i];
     for j in 0..m.targets.len() {
-        if m.seen[j] == round || m.reach[j * row + b as usize / 64] >> (b % 64) & 1 == 0 {
+        if m.seen[j] == round || !m.reaches(row, j, b) {
             continue;
         }
         m.seen[j] = round;
