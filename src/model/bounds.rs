@@ -484,7 +484,8 @@ struct Matching {
     /// `owner[col]`: the row (1-based) matched to column `col`, 0 if none.
     owner: Vec<usize>,
     minv: Vec<i64>,
-    used: Vec<bool>,
+    used: Vec<i64>,
+    reached: Vec<i64>,
     /// Scratch of [`Matching::solve`]: the rows left for augmenting paths.
     unmatched: Vec<usize>,
 }
@@ -508,6 +509,7 @@ impl Clone for Matching {
         // scratch: add_row sets them up before reading them
         self.minv.clear();
         self.used.clear();
+        self.reached.clear();
         self.unmatched.clear();
     }
 }
@@ -686,36 +688,40 @@ impl Matching {
     /// `d`, updating them would have raised the dual by exactly `d`.
     fn add_row_capped(&mut self, row: usize, rise: i64) -> Result<(), i64> {
         let n = self.n;
-        let Matching { cost, u, v, way, owner, minv, used, .. } = self;
+        let Matching { cost, u, v, way, owner, minv, used, reached, .. } = self;
         owner[0] = row;
-        // minv: each column's shortest path length so far (final once used)
+        // minv: each unscanned column's shortest path length so far, SCANNED
+        // once scanned; `used`: 0 until scanned, then BLOCKED, which a scan
+        // adds to the column's path so that it is never shorter again;
+        // `reached`: a scanned column's final length
         minv.clear();
-        minv.resize(n + 1, i64::MAX);
+        minv.resize(n + 1, UNSEEN);
         used.clear();
-        used.resize(n + 1, false);
-        minv[0] = 0;
+        used.resize(n + 1, 0);
+        reached.clear();
+        reached.resize(n + 1, 0);
         let (mut col0, mut at) = (0, 0i64);
         loop {
-            used[col0] = true;
+            used[col0] = BLOCKED;
+            minv[col0] = SCANNED;
+            reached[col0] = at;
             let r = owner[col0];
             let base = at - u[r];
             let (mut best, mut col1) = (i64::MAX, 0);
-            // columns 1..=n, all slices of one length so the loop runs unchecked
+            // columns 1..=n, all slices of one length so the loop runs
+            // unchecked, and without branches
             let costs = &cost[(r - 1) * n..r * n];
-            let (vs, ms, ws, us) = (&v[1..=n], &mut minv[1..=n], &mut way[1..=n], &used[1..=n]);
+            let (vs, ms, ws, bs) = (&v[1..=n], &mut minv[1..=n], &mut way[1..=n], &used[1..=n]);
             for i in 0..n {
-                if us[i] {
-                    continue;
-                }
-                let cur = base + cost_of(costs[i]) - vs[i];
-                if cur < ms[i] {
-                    ms[i] = cur;
-                    ws[i] = col0;
-                }
-                if ms[i] < best {
-                    best = ms[i];
-                    col1 = i + 1;
-                }
+                let cur = base + cost_of(costs[i]) + bs[i] - vs[i];
+                let m = ms[i];
+                let better = cur < m;
+                let m = if better { cur } else { m };
+                ms[i] = m;
+                ws[i] = if better { col0 } else { ws[i] };
+                let least = m < best;
+                best = if least { m } else { best };
+                col1 = if least { i + 1 } else { col1 };
             }
             (col0, at) = (col1, best);
             if owner[col0] == 0 {
@@ -728,8 +734,8 @@ impl Matching {
         // the potentials: a column scanned at distance m (and its row) moved
         // by the `at - m` of the steps after it; the new row by all of `at`
         for col in 0..=n {
-            if used[col] {
-                let by = at - minv[col];
+            if used[col] != 0 {
+                let by = at - reached[col];
                 u[owner[col]] += by;
                 v[col] -= by;
             }
@@ -745,6 +751,17 @@ impl Matching {
         Ok(())
     }
 }
+
+/// [`Matching::add_row_capped`]'s lengths. A path is at most the columns
+/// times [`BIG`] from zero either way (below 2^47), so an unscanned column
+/// starts at `UNSEEN` (longer than every path: the first scan, whose row
+/// reaches every column, sets them all), a scanned one sits at `SCANNED`
+/// (longer than every unscanned one, so never the least), and a scan adds
+/// `BLOCKED` to a scanned column's path, which then never beats `SCANNED`;
+/// all far from overflow.
+const UNSEEN: i64 = 1 << 60;
+const SCANNED: i64 = 1 << 61;
+const BLOCKED: i64 = 1 << 62;
 
 #[cfg(test)]
 mod tests {
