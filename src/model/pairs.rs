@@ -62,7 +62,10 @@ pub struct PairPenalties {
     regional: [Vec<[u8; MAX_REGIONS]>; 2],
     /// Per side and unordered pair of squares: 0, or 1 + its entry in `regional`.
     regional_at: [Vec<u32>; 2],
-    regions: Regions,
+    /// Per side, `by_player[i * floor + s]`: the penalty of entry `i` of
+    /// `regional` with the player on `s` (0 on the pair's own squares), one
+    /// load where the label and the entry took two, far apart.
+    by_player: [Vec<u8>; 2],
     /// Whether any penalty is positive (else the tables add nothing).
     useful: bool,
     /// Per side, per square `x`: a bitset (`floor.div_ceil(64)` words) of the
@@ -77,6 +80,23 @@ static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 
 fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The [`PairPenalties::by_player`] table of one side.
+fn by_player(regions: &Regions, regional: &[[u8; MAX_REGIONS]], at: &[u32]) -> Vec<u8> {
+    let floor = regions.floor;
+    let mut out = vec![0u8; regional.len() * floor];
+    for y in 1..floor {
+        for x in 0..y {
+            let Some(i) = at[pair(x, y)].checked_sub(1) else { continue };
+            let row = &mut out[i as usize * floor..(i as usize + 1) * floor];
+            for (s, v) in row.iter_mut().enumerate() {
+                let label = regions.label(x as u16, y as u16, s as u16);
+                *v = if label == NO_REGION { 0 } else { regional[i as usize][label as usize] };
+            }
+        }
+    }
+    out
 }
 
 /// The [`PairPenalties::nonzero`] bitsets of one side.
@@ -214,9 +234,9 @@ impl PairPenalties {
             nonzero: [nonzero_rows(floor, &forward, &at_f), nonzero_rows(floor, &backward, &at_b)],
             forward,
             backward,
+            by_player: [by_player(&regions, &regional_f, &at_f), by_player(&regions, &regional_b, &at_b)],
             regional: [regional_f, regional_b],
             regional_at: [at_f, at_b],
-            regions,
             useful,
             id: next_id(),
         })
@@ -267,17 +287,21 @@ impl PairPenalties {
             }
         }
         let useful = any_penalty(&parts.forward, &parts.backward, [&parts.regional[0], &parts.regional[1]]);
+        let regions = Regions::new(board);
         Ok(PairPenalties {
             floor,
             nonzero: [
                 nonzero_rows(floor, &parts.forward, &parts.regional_at[0]),
                 nonzero_rows(floor, &parts.backward, &parts.regional_at[1]),
             ],
+            by_player: [
+                by_player(&regions, &parts.regional[0], &parts.regional_at[0]),
+                by_player(&regions, &parts.regional[1], &parts.regional_at[1]),
+            ],
             forward: parts.forward,
             backward: parts.backward,
             regional: parts.regional,
             regional_at: parts.regional_at,
-            regions: Regions::new(board),
             useful,
             id: next_id(),
         })
@@ -394,8 +418,8 @@ impl PairPenalties {
 
     /// The penalty of a pair that depends on the player's region.
     #[inline]
-    fn regional_penalty(&self, x: u16, y: u16, i: u32, player: u16, forward: bool) -> u8 {
-        self.regional[!forward as usize][i as usize][self.regions.label(x, y, player) as usize]
+    fn regional_penalty(&self, i: u32, player: u16, forward: bool) -> u8 {
+        self.by_player[!forward as usize][i as usize * self.floor + player as usize]
     }
 
     /// The greedy sum over the pairs of `list`, or, with `moved = (from, to)`,
@@ -413,7 +437,7 @@ impl PairPenalties {
         // below then moves only pairs with a larger penalty than those before
         for &(x, y, i) in list.regional.iter().rev() {
             if keeps(x, y) {
-                match self.regional_penalty(x, y, i, player, forward) {
+                match self.regional_penalty(i, player, forward) {
                     DEAD => return super::bounds::UNREACHABLE,
                     0 => {}
                     p => s.extra.push(packed(p, x, y, list.rank[x as usize], list.rank[y as usize])),
@@ -432,7 +456,7 @@ impl PairPenalties {
                 let (x, y) = (to.min(y), to.max(y));
                 let p = match self.entry(x, y, forward) {
                     Entry::Fixed(p) => p,
-                    Entry::Regional(i) => self.regional_penalty(x, y, i, player, forward),
+                    Entry::Regional(i) => self.regional_penalty(i, player, forward),
                 };
                 match p {
                     DEAD => dead = true,
@@ -762,6 +786,44 @@ mod tests {
             }
         }
         sum
+    }
+
+    /// Every regional entry's penalty by the player's square, as the table
+    /// holds it, against the region labels it was made from: for the tables
+    /// as built and as loaded from their parts, on levels whose pair
+    /// penalties depend on the player's region.
+    #[test]
+    fn penalties_by_player_square_agree_with_the_region_labels() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/XSokoban_90.xsb")).unwrap();
+        let levels = crate::model::level::split_collection(&text, "XSokoban_90.xsb");
+        let mut entries = 0;
+        for index in [1, 2, 10] {
+            let board = Board::new(&levels[index - 1].parse().unwrap()).unwrap();
+            let dist = PushDistances::new(&board);
+            let built = PairPenalties::new(&board, &dist).unwrap();
+            let loaded = PairPenalties::from_parts(&board, built.parts()).unwrap();
+            let regions = Regions::new(&board);
+            let floor = board.floor_count();
+            for tables in [&built, &loaded] {
+                for (side, forward) in [(0, true), (1, false)] {
+                    for y in 1..floor {
+                        for x in 0..y {
+                            let Some(i) = tables.regional_at[side][pair(x, y)].checked_sub(1) else { continue };
+                            entries += 1;
+                            for s in (0..floor).filter(|&s| s != x && s != y) {
+                                let label = regions.label(x as u16, y as u16, s as u16) as usize;
+                                assert_eq!(
+                                    tables.regional_penalty(i, s as u16, forward),
+                                    tables.regional[side][i as usize][label],
+                                    "XSokoban #{index}, pair {x} {y}, player on {s}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(entries > 0, "no pair penalty depends on the player's region");
     }
 
     proptest! {
