@@ -66,6 +66,18 @@ pub(super) fn pull_frozen(board: &Board, sc: &mut Scratch, b: u16) -> bool {
         return false;
     }
     sc.budget -= 1;
+    // a pull onto two empty squares settles it without a call deeper: in a
+    // crowd the test otherwise goes down through the boxes of the first
+    // directions before it looks at a free one (the answer is the same; the
+    // budget is spent no faster, so it runs out nowhere it did not before)
+    let empty = |sq: u16| sq != NONE && sq != b && !sc.tmp_wall[sq as usize] && !sc.occ[sq as usize];
+    let free_pull = |d: usize| {
+        let to = board.neighbour(b, d);
+        empty(to) && !board.dead_backward[to as usize] && empty(board.neighbour(to, d))
+    };
+    if (0..DIRS).any(free_pull) {
+        return false;
+    }
     sc.tmp_wall[b as usize] = true;
     let mark = sc.frozen.len();
     let mut frozen = true;

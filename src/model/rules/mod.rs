@@ -130,6 +130,92 @@ mod tests {
         assert_eq!(count(&mut sc, Pruning { freeze: true, ..Pruning::NONE }), 4);
     }
 
+    /// The backward freeze test as first written: each direction in turn,
+    /// down through the boxes in it, before the next.
+    fn pull_frozen_in_turn(board: &Board, sc: &mut Scratch, b: u16) -> bool {
+        if sc.budget == 0 {
+            return false;
+        }
+        sc.budget -= 1;
+        sc.tmp_wall[b as usize] = true;
+        let mark = sc.frozen.len();
+        let frozen = (0..crate::model::board::DIRS).all(|d| {
+            let to = board.neighbour(b, d);
+            if to == NONE || sc.tmp_wall[to as usize] || board.dead_backward[to as usize] {
+                return true;
+            }
+            let step = board.neighbour(to, d);
+            if step == NONE || sc.tmp_wall[step as usize] {
+                return true;
+            }
+            let mut blocked_at = |sq: u16| sc.occ[sq as usize] && pull_frozen_in_turn(board, sc, sq);
+            blocked_at(to) || blocked_at(step)
+        });
+        sc.tmp_wall[b as usize] = false;
+        if frozen {
+            sc.frozen.push(b);
+        } else {
+            sc.frozen.truncate(mark);
+        }
+        frozen
+    }
+
+    /// The backward freeze test looks for a pull onto two empty squares
+    /// before it goes down through the boxes in the way: the same answers
+    /// and frozen boxes as the test that takes each direction in turn,
+    /// wherever that one stays within its budget, on random crowds of boxes
+    /// (half on goals) in the goal rooms of XSokoban #10, where the
+    /// recursion went down through hundreds of boxes, and of Microban II
+    /// #131 and #126.
+    #[test]
+    fn pull_freeze_test_looks_for_an_empty_pull_first_with_the_same_answers() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/XSokoban_90.xsb")).unwrap();
+        let xsokoban_10: Board =
+            Board::new(&crate::model::level::split_collection(&text, "XSokoban_90.xsb")[9].parse().unwrap()).unwrap();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let (mut tests, mut deep, mut frozen) = (0, 0, 0);
+        for b in [xsokoban_10, microban_ii(131), microban_ii(126)] {
+            let mut sc = Scratch::new(&b);
+            let live: Vec<u16> = (0..b.floor_count() as u16).filter(|&s| !b.dead_backward[s as usize]).collect();
+            for _ in 0..2000 {
+                let mut boxes = std::collections::BTreeSet::new();
+                while boxes.len() < b.goals.len() {
+                    boxes.insert(if next(2) == 0 { b.goals[next(b.goals.len())] } else { live[next(live.len())] });
+                }
+                let boxes: Vec<u16> = boxes.into_iter().collect();
+                sc.place(&boxes);
+                for &x in &boxes {
+                    sc.frozen.clear();
+                    sc.budget = freeze::FREEZE_BUDGET;
+                    let plain = pull_frozen_in_turn(&b, &mut sc, x);
+                    let (plain_frozen, spent) = (sc.frozen.clone(), freeze::FREEZE_BUDGET - sc.budget);
+                    let off_start = plain && plain_frozen.iter().any(|&f| !b.is_start_box[f as usize]);
+                    let fast = pull_freeze_deadlock(&b, &mut sc, x);
+                    if sc.budget > 0 && spent < freeze::FREEZE_BUDGET {
+                        assert_eq!(fast, off_start, "{}box {x}", b.draw(&boxes, None));
+                        assert_eq!(
+                            sc.frozen,
+                            if plain { plain_frozen } else { Vec::new() },
+                            "{}box {x}",
+                            b.draw(&boxes, None)
+                        );
+                    }
+                    tests += 1;
+                    deep += (spent > 64) as usize;
+                    frozen += plain as usize;
+                }
+                sc.clear(&boxes);
+            }
+        }
+        assert!(deep > 100 && frozen > 100, "{tests} tests: {deep} went deeper than 64 boxes, {frozen} frozen");
+    }
+
     /// Microban II level `index` (1-based), shipped in `levels/`.
     fn microban_ii(index: usize) -> Board {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_II_135.xsb")).unwrap();
