@@ -130,6 +130,18 @@ mod tests {
         assert_eq!(count(&mut sc, Pruning { freeze: true, ..Pruning::NONE }), 4);
     }
 
+    /// A fixed stream of pseudo-random numbers (xorshift): each call a number
+    /// below its argument.
+    fn below() -> impl FnMut(usize) -> usize {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        move |n| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        }
+    }
+
     /// The backward freeze test as first written: each direction in turn,
     /// down through the boxes in it, before the next.
     fn pull_frozen_in_turn(board: &Board, sc: &mut Scratch, b: u16) -> bool {
@@ -172,13 +184,7 @@ mod tests {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/XSokoban_90.xsb")).unwrap();
         let xsokoban_10: Board =
             Board::new(&crate::model::level::split_collection(&text, "XSokoban_90.xsb")[9].parse().unwrap()).unwrap();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = below();
         let (mut tests, mut deep, mut frozen) = (0, 0, 0);
         for b in [xsokoban_10, microban_ii(131), microban_ii(126)] {
             let mut sc = Scratch::new(&b);
@@ -430,13 +436,7 @@ mod tests {
     /// other 400 have up to five boxes.
     #[test]
     fn bitboard_rules_agree_with_the_square_by_square_ones() {
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: usize| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng % n as u64) as usize
-        };
+        let mut next = below();
         let (mut states, mut with_corral, mut restricted, mut crowded_corrals, mut stopped) = (0, 0, 0, 0, 0);
         let mut moved = 0;
         for level in 0..800 {
