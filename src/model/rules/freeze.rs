@@ -70,12 +70,8 @@ pub(super) fn pull_frozen(board: &Board, sc: &mut Scratch, b: u16) -> bool {
     // crowd the test otherwise goes down through the boxes of the first
     // directions before it looks at a free one (the answer is the same; the
     // budget is spent no faster, so it runs out nowhere it did not before)
-    let empty = |sq: u16| sq != NONE && sq != b && !sc.tmp_wall[sq as usize] && !sc.occ[sq as usize];
-    let free_pull = |d: usize| {
-        let to = board.neighbour(b, d);
-        empty(to) && !board.dead_backward[to as usize] && empty(board.neighbour(to, d))
-    };
-    if (0..DIRS).any(free_pull) {
+    let empty = |(to, step): (u16, u16)| !sc.occ[to as usize] && !sc.occ[step as usize];
+    if (0..DIRS).any(|d| pull_squares(board, sc, b, d).is_some_and(empty)) {
         return false;
     }
     sc.tmp_wall[b as usize] = true;
@@ -96,15 +92,26 @@ pub(super) fn pull_frozen(board: &Board, sc: &mut Scratch, b: u16) -> bool {
     frozen
 }
 
-pub(super) fn pullable(board: &Board, sc: &mut Scratch, b: u16, d: usize) -> bool {
+/// The squares a pull of the box on `b` in direction `d` needs (where the
+/// player stands, then where the player steps back to), unless one is a wall
+/// or a square the test holds as one, or the box's new square is dead;
+/// whether boxes on them can move is left to the caller.
+pub(super) fn pull_squares(board: &Board, sc: &Scratch, b: u16, d: usize) -> Option<(u16, u16)> {
     let to = board.neighbour(b, d);
     if to == NONE || sc.tmp_wall[to as usize] || board.dead_backward[to as usize] {
-        return false;
+        return None;
     }
     let step = board.neighbour(to, d);
     if step == NONE || sc.tmp_wall[step as usize] {
-        return false;
+        return None;
     }
+    Some((to, step))
+}
+
+fn pullable(board: &Board, sc: &mut Scratch, b: u16, d: usize) -> bool {
+    let Some((to, step)) = pull_squares(board, sc, b, d) else {
+        return false;
+    };
     let blocked_at = |sc: &mut Scratch, sq: u16| sc.occ[sq as usize] && pull_frozen(board, sc, sq);
     !blocked_at(sc, to) && !blocked_at(sc, step)
 }

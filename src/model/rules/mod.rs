@@ -152,14 +152,9 @@ mod tests {
         sc.tmp_wall[b as usize] = true;
         let mark = sc.frozen.len();
         let frozen = (0..crate::model::board::DIRS).all(|d| {
-            let to = board.neighbour(b, d);
-            if to == NONE || sc.tmp_wall[to as usize] || board.dead_backward[to as usize] {
+            let Some((to, step)) = freeze::pull_squares(board, sc, b, d) else {
                 return true;
-            }
-            let step = board.neighbour(to, d);
-            if step == NONE || sc.tmp_wall[step as usize] {
-                return true;
-            }
+            };
             let mut blocked_at = |sq: u16| sc.occ[sq as usize] && pull_frozen_in_turn(board, sc, sq);
             blocked_at(to) || blocked_at(step)
         });
