@@ -9,3 +9,16 @@ pub mod pairs;
 pub mod rules;
 pub mod solution;
 pub mod triples;
+
+#[cfg(test)]
+mod tests {
+    use super::board::Board;
+
+    /// Level `index` (1-based) of the collection `file` shipped in `levels/`,
+    /// for the model's tests.
+    pub(crate) fn shipped(file: &str, index: usize) -> Board {
+        let text = std::fs::read_to_string(format!("{}/levels/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let level = super::level::split_collection(&text, file)[index - 1].parse().unwrap();
+        Board::new(&level).unwrap()
+    }
+}

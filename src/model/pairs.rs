@@ -794,11 +794,9 @@ mod tests {
     /// penalties depend on the player's region.
     #[test]
     fn penalties_by_player_square_agree_with_the_region_labels() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/XSokoban_90.xsb")).unwrap();
-        let levels = crate::model::level::split_collection(&text, "XSokoban_90.xsb");
         let mut entries = 0;
         for index in [1, 2, 10] {
-            let board = Board::new(&levels[index - 1].parse().unwrap()).unwrap();
+            let board = crate::model::tests::shipped("XSokoban_90.xsb", index);
             let dist = PushDistances::new(&board);
             let built = PairPenalties::new(&board, &dist).unwrap();
             let loaded = PairPenalties::from_parts(&board, built.parts()).unwrap();

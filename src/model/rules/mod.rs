@@ -93,6 +93,7 @@ pub fn is_solved(board: &Board, boxes: &[u16]) -> bool {
 mod tests {
     use super::*;
     use crate::model::level::parse_one;
+    use crate::model::tests::shipped;
 
     fn board(t: &str) -> Board {
         Board::new(&parse_one(t, "t").unwrap()).unwrap()
@@ -176,12 +177,9 @@ mod tests {
     /// #131 and #126.
     #[test]
     fn pull_freeze_test_looks_for_an_empty_pull_first_with_the_same_answers() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/XSokoban_90.xsb")).unwrap();
-        let xsokoban_10: Board =
-            Board::new(&crate::model::level::split_collection(&text, "XSokoban_90.xsb")[9].parse().unwrap()).unwrap();
         let mut next = below();
         let (mut tests, mut deep, mut frozen) = (0, 0, 0);
-        for b in [xsokoban_10, microban_ii(131), microban_ii(126)] {
+        for b in [shipped("XSokoban_90.xsb", 10), microban_ii(131), microban_ii(126)] {
             let mut sc = Scratch::new(&b);
             let live: Vec<u16> = (0..b.floor_count() as u16).filter(|&s| !b.dead_backward[s as usize]).collect();
             for _ in 0..2000 {
@@ -219,9 +217,7 @@ mod tests {
 
     /// Microban II level `index` (1-based), shipped in `levels/`.
     fn microban_ii(index: usize) -> Board {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_II_135.xsb")).unwrap();
-        let level = crate::model::level::split_collection(&text, "Microban_II_135.xsb")[index - 1].parse().unwrap();
-        Board::new(&level).unwrap()
+        shipped("Microban_II_135.xsb", index)
     }
 
     fn pushes_from_start(b: &Board, pruning: Pruning) -> Vec<((usize, usize), u8)> {
@@ -390,10 +386,7 @@ mod tests {
     /// row) and the player on `player`: the pushes of the box on `at` that
     /// `pruning` keeps, as target squares.
     fn pushes_in_153(at: (usize, usize), player: (usize, usize), pruning: Pruning) -> Vec<(usize, usize)> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
-        let text = std::fs::read_to_string(path).unwrap();
-        let level = crate::model::level::split_collection(&text, path)[152].parse().unwrap();
-        let b = Board::new(&level).unwrap();
+        let b = shipped("Microban_155.xsb", 153);
         let square = |c: (usize, usize)| (0..b.floor_count() as u16).find(|&f| b.coords(f) == c).unwrap();
         let mut boxes = b.start_boxes[1..].to_vec();
         boxes.push(square(at));
