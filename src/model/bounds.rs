@@ -483,8 +483,11 @@ struct Matching {
     way: Vec<usize>,
     /// `owner[col]`: the row (1-based) matched to column `col`, 0 if none.
     owner: Vec<usize>,
+    /// Scratch of [`Matching::add_row_capped`]: per column its path length
+    /// so far, what a scan adds to its path (0, or `BLOCKED` once scanned),
+    /// and its final length once scanned.
     minv: Vec<i64>,
-    used: Vec<i64>,
+    blocked: Vec<i64>,
     reached: Vec<i64>,
     /// Scratch of [`Matching::solve`]: the rows left for augmenting paths.
     unmatched: Vec<usize>,
@@ -508,7 +511,7 @@ impl Clone for Matching {
         self.owner.clone_from(&src.owner);
         // scratch: add_row sets them up before reading them
         self.minv.clear();
-        self.used.clear();
+        self.blocked.clear();
         self.reached.clear();
         self.unmatched.clear();
     }
@@ -688,21 +691,21 @@ impl Matching {
     /// `d`, updating them would have raised the dual by exactly `d`.
     fn add_row_capped(&mut self, row: usize, rise: i64) -> Result<(), i64> {
         let n = self.n;
-        let Matching { cost, u, v, way, owner, minv, used, reached, .. } = self;
+        let Matching { cost, u, v, way, owner, minv, blocked, reached, .. } = self;
         owner[0] = row;
         // minv: each unscanned column's shortest path length so far, SCANNED
-        // once scanned; `used`: 0 until scanned, then BLOCKED, which a scan
+        // once scanned; `blocked`: 0 until scanned, then BLOCKED, which a scan
         // adds to the column's path so that it is never shorter again;
         // `reached`: a scanned column's final length
         minv.clear();
         minv.resize(n + 1, UNSEEN);
-        used.clear();
-        used.resize(n + 1, 0);
+        blocked.clear();
+        blocked.resize(n + 1, 0);
         reached.clear();
         reached.resize(n + 1, 0);
         let (mut col0, mut at) = (0, 0i64);
         loop {
-            used[col0] = BLOCKED;
+            blocked[col0] = BLOCKED;
             minv[col0] = SCANNED;
             reached[col0] = at;
             let r = owner[col0];
@@ -711,7 +714,7 @@ impl Matching {
             // columns 1..=n, all slices of one length so the loop runs
             // unchecked, and without branches
             let costs = &cost[(r - 1) * n..r * n];
-            let (vs, ms, ws, bs) = (&v[1..=n], &mut minv[1..=n], &mut way[1..=n], &used[1..=n]);
+            let (vs, ms, ws, bs) = (&v[1..=n], &mut minv[1..=n], &mut way[1..=n], &blocked[1..=n]);
             for i in 0..n {
                 let cur = base + cost_of(costs[i]) + bs[i] - vs[i];
                 let m = ms[i];
@@ -734,7 +737,7 @@ impl Matching {
         // the potentials: a column scanned at distance m (and its row) moved
         // by the `at - m` of the steps after it; the new row by all of `at`
         for col in 0..=n {
-            if used[col] != 0 {
+            if blocked[col] != 0 {
                 let by = at - reached[col];
                 u[owner[col]] += by;
                 v[col] -= by;
