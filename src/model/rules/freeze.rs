@@ -19,14 +19,22 @@ pub fn push_freeze_deadlock(board: &Board, sc: &mut Scratch, moved: u16) -> bool
 }
 
 pub(super) fn push_frozen(board: &Board, sc: &mut Scratch, b: u16) -> bool {
+    // a box is frozen when it is blocked on both axes
+    frozen_with(sc, b, |sc| push_axis_blocked(board, sc, b, 0) && push_axis_blocked(board, sc, b, 1))
+}
+
+/// The frame of both freeze tests for the box on `b`: not frozen once the
+/// budget is spent; else `b` is held as a wall while `blocked` decides, and
+/// when it answers frozen `b` joins `sc.frozen` after the boxes found frozen
+/// on the way, which are dropped again when it does not.
+pub(super) fn frozen_with(sc: &mut Scratch, b: u16, blocked: impl FnOnce(&mut Scratch) -> bool) -> bool {
     if sc.budget == 0 {
         return false;
     }
     sc.budget -= 1;
     sc.tmp_wall[b as usize] = true;
     let mark = sc.frozen.len();
-    // a box is frozen when it is blocked on both axes
-    let frozen = push_axis_blocked(board, sc, b, 0) && push_axis_blocked(board, sc, b, 1);
+    let frozen = blocked(sc);
     sc.tmp_wall[b as usize] = false;
     if frozen {
         sc.frozen.push(b);
@@ -62,34 +70,18 @@ pub fn pull_freeze_deadlock(board: &Board, sc: &mut Scratch, moved: u16) -> bool
 }
 
 pub(super) fn pull_frozen(board: &Board, sc: &mut Scratch, b: u16) -> bool {
-    if sc.budget == 0 {
-        return false;
-    }
-    sc.budget -= 1;
-    // a pull onto two empty squares settles it without a call deeper: in a
-    // crowd the test otherwise goes down through the boxes of the first
-    // directions before it looks at a free one (the answer is the same; the
-    // budget is spent no faster, so it runs out nowhere it did not before)
-    let empty = |(to, step): (u16, u16)| !sc.occ[to as usize] && !sc.occ[step as usize];
-    if (0..DIRS).any(|d| pull_squares(board, sc, b, d).is_some_and(empty)) {
-        return false;
-    }
-    sc.tmp_wall[b as usize] = true;
-    let mark = sc.frozen.len();
-    let mut frozen = true;
-    for d in 0..DIRS {
-        if pullable(board, sc, b, d) {
-            frozen = false;
-            break;
+    frozen_with(sc, b, |sc| {
+        // a pull onto two empty squares settles it without a call deeper: in
+        // a crowd the test otherwise goes down through the boxes of the first
+        // directions before it looks at a free one (the answer is the same;
+        // the budget is spent no faster, so it runs out nowhere it did not
+        // before)
+        let empty = |(to, step): (u16, u16)| !sc.occ[to as usize] && !sc.occ[step as usize];
+        if (0..DIRS).any(|d| pull_squares(board, sc, b, d).is_some_and(empty)) {
+            return false;
         }
-    }
-    sc.tmp_wall[b as usize] = false;
-    if frozen {
-        sc.frozen.push(b);
-    } else {
-        sc.frozen.truncate(mark);
-    }
-    frozen
+        !(0..DIRS).any(|d| pullable(board, sc, b, d))
+    })
 }
 
 /// The squares a pull of the box on `b` in direction `d` needs (where the

@@ -146,26 +146,15 @@ mod tests {
     /// The backward freeze test as first written: each direction in turn,
     /// down through the boxes in it, before the next.
     fn pull_frozen_in_turn(board: &Board, sc: &mut Scratch, b: u16) -> bool {
-        if sc.budget == 0 {
-            return false;
-        }
-        sc.budget -= 1;
-        sc.tmp_wall[b as usize] = true;
-        let mark = sc.frozen.len();
-        let frozen = (0..crate::model::board::DIRS).all(|d| {
-            let Some((to, step)) = freeze::pull_squares(board, sc, b, d) else {
-                return true;
-            };
-            let mut blocked_at = |sq: u16| sc.occ[sq as usize] && pull_frozen_in_turn(board, sc, sq);
-            blocked_at(to) || blocked_at(step)
-        });
-        sc.tmp_wall[b as usize] = false;
-        if frozen {
-            sc.frozen.push(b);
-        } else {
-            sc.frozen.truncate(mark);
-        }
-        frozen
+        freeze::frozen_with(sc, b, |sc| {
+            (0..crate::model::board::DIRS).all(|d| {
+                let Some((to, step)) = freeze::pull_squares(board, sc, b, d) else {
+                    return true;
+                };
+                let mut blocked_at = |sq: u16| sc.occ[sq as usize] && pull_frozen_in_turn(board, sc, sq);
+                blocked_at(to) || blocked_at(step)
+            })
+        })
     }
 
     /// The backward freeze test looks for a pull onto two empty squares
