@@ -228,18 +228,31 @@ impl PairPenalties {
         let (Some((forward, at_f, regional_f)), Some((backward, at_b, regional_b))) = (f, b) else {
             unreachable!("a join runs both of its tasks")
         };
-        let useful = any_penalty(&forward, &backward, [&regional_f, &regional_b]);
-        Some(PairPenalties {
+        let parts = PairParts { forward, backward, regional: [regional_f, regional_b], regional_at: [at_f, at_b] };
+        Some(Self::derived(&regions, parts))
+    }
+
+    /// The tables from their parts, with what is derived from them: the
+    /// bitsets of pairs with a penalty, the regional penalties by the
+    /// player's square (from the board's `regions`), and whether any
+    /// penalty is positive.
+    fn derived(regions: &Regions, parts: PairParts) -> PairPenalties {
+        let floor = regions.floor;
+        let PairParts { forward, backward, regional, regional_at } = parts;
+        PairPenalties {
             floor,
-            nonzero: [nonzero_rows(floor, &forward, &at_f), nonzero_rows(floor, &backward, &at_b)],
+            nonzero: [nonzero_rows(floor, &forward, &regional_at[0]), nonzero_rows(floor, &backward, &regional_at[1])],
+            by_player: [
+                by_player(regions, &regional[0], &regional_at[0]),
+                by_player(regions, &regional[1], &regional_at[1]),
+            ],
+            useful: any_penalty(&forward, &backward, [&regional[0], &regional[1]]),
             forward,
             backward,
-            by_player: [by_player(&regions, &regional_f, &at_f), by_player(&regions, &regional_b, &at_b)],
-            regional: [regional_f, regional_b],
-            regional_at: [at_f, at_b],
-            useful,
+            regional,
+            regional_at,
             id: next_id(),
-        })
+        }
     }
 
     /// The tables as plain data, for a file to keep (`storage::kdb`).
@@ -286,25 +299,7 @@ impl PairPenalties {
                 return Err(format!("regional index entry {i} past the {} entries", parts.regional[side].len()));
             }
         }
-        let useful = any_penalty(&parts.forward, &parts.backward, [&parts.regional[0], &parts.regional[1]]);
-        let regions = Regions::new(board);
-        Ok(PairPenalties {
-            floor,
-            nonzero: [
-                nonzero_rows(floor, &parts.forward, &parts.regional_at[0]),
-                nonzero_rows(floor, &parts.backward, &parts.regional_at[1]),
-            ],
-            by_player: [
-                by_player(&regions, &parts.regional[0], &parts.regional_at[0]),
-                by_player(&regions, &parts.regional[1], &parts.regional_at[1]),
-            ],
-            forward: parts.forward,
-            backward: parts.backward,
-            regional: parts.regional,
-            regional_at: parts.regional_at,
-            useful,
-            id: next_id(),
-        })
+        Ok(Self::derived(&Regions::new(board), parts))
     }
 
     /// Whether any pair has a penalty (or is dead); if not, the sum is always 0.
