@@ -62,10 +62,8 @@ pub struct PairPenalties {
     regional: [Vec<[u8; MAX_REGIONS]>; 2],
     /// Per side and unordered pair of squares: 0, or 1 + its entry in `regional`.
     regional_at: [Vec<u32>; 2],
-    /// Per side, `by_player[i * floor + s]`: the penalty of entry `i` of
-    /// `regional` with the player on `s` (0 on the pair's own squares), one
-    /// load where the label and the entry took two, far apart.
-    by_player: [Vec<u8>; 2],
+    /// Per side, the pairs of `regional` as a sum reads them.
+    by_player: [ByPlayer; 2],
     /// Whether any penalty is positive (else the tables add nothing).
     useful: bool,
     /// Per side, per square `x`: a bitset (`floor.div_ceil(64)` words) of the
@@ -82,21 +80,56 @@ fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The [`PairPenalties::by_player`] table of one side.
-fn by_player(regions: &Regions, regional: &[[u8; MAX_REGIONS]], at: &[u32]) -> Vec<u8> {
-    let floor = regions.floor;
-    let mut out = vec![0u8; regional.len() * floor];
-    for y in 1..floor {
-        for x in 0..y {
-            let Some(i) = at[pair(x, y)].checked_sub(1) else { continue };
-            let row = &mut out[i as usize * floor..(i as usize + 1) * floor];
-            for (s, v) in row.iter_mut().enumerate() {
-                let label = regions.label(x as u16, y as u16, s as u16);
-                *v = if label == NO_REGION { 0 } else { regional[i as usize][label as usize] };
+/// One side's pairs whose penalty depends on the player's region, as a sum
+/// reads them: numbered in the order of their squares (`x` then `y`), which
+/// is the order the sum's insertion sort wants them in, with their penalty
+/// by the player's square.
+#[derive(Debug, Clone, Default)]
+struct ByPlayer {
+    /// Per unordered pair of squares: 0, or 1 + its number.
+    at: Vec<u32>,
+    /// The squares (`x < y`) of each.
+    pairs: Vec<(u16, u16)>,
+    /// `penalty[n * floor + s]`: the penalty of pair `n` with the player on
+    /// `s` (0 on the pair's own squares), one load where the region label
+    /// and the entry took two, far apart.
+    penalty: Vec<u8>,
+    /// Words in a bitset over the pairs.
+    words: usize,
+    /// `live[s * words..][n]`: whether pair `n` has a penalty (or is dead)
+    /// with the player on `s`. A sum tests its list's pairs here, in one
+    /// short row, and loads `penalty` only for the few that count.
+    live: Vec<u64>,
+}
+
+impl ByPlayer {
+    /// From one side's parts and the board's `regions`.
+    fn new(regions: &Regions, regional: &[[u8; MAX_REGIONS]], regional_at: &[u32]) -> ByPlayer {
+        let floor = regions.floor;
+        let mut at = vec![0u32; regional_at.len()];
+        let mut pairs = Vec::with_capacity(regional.len());
+        let mut penalty = vec![0u8; regional.len() * floor];
+        for x in 0..floor {
+            for y in x + 1..floor {
+                let Some(i) = regional_at[pair(x, y)].checked_sub(1) else { continue };
+                let row = &mut penalty[pairs.len() * floor..(pairs.len() + 1) * floor];
+                for (s, v) in row.iter_mut().enumerate() {
+                    let label = regions.label(x as u16, y as u16, s as u16);
+                    *v = if label == NO_REGION { 0 } else { regional[i as usize][label as usize] };
+                }
+                pairs.push((x as u16, y as u16));
+                at[pair(x, y)] = pairs.len() as u32;
             }
         }
+        let words = pairs.len().div_ceil(64);
+        let mut live = vec![0u64; floor * words];
+        for (n, row) in penalty.chunks_exact(floor).enumerate() {
+            for (s, _) in row.iter().enumerate().filter(|(_, &p)| p != 0) {
+                live[s * words + n / 64] |= 1 << (n % 64);
+            }
+        }
+        ByPlayer { at, pairs, penalty, words, live }
     }
-    out
 }
 
 /// The [`PairPenalties::nonzero`] bitsets of one side.
@@ -243,8 +276,8 @@ impl PairPenalties {
             floor,
             nonzero: [nonzero_rows(floor, &forward, &regional_at[0]), nonzero_rows(floor, &backward, &regional_at[1])],
             by_player: [
-                by_player(regions, &regional[0], &regional_at[0]),
-                by_player(regions, &regional[1], &regional_at[1]),
+                ByPlayer::new(regions, &regional[0], &regional_at[0]),
+                ByPlayer::new(regions, &regional[1], &regional_at[1]),
             ],
             useful: any_penalty(&forward, &backward, [&regional[0], &regional[1]]),
             forward,
@@ -353,6 +386,11 @@ impl PairPenalties {
         let words = self.floor.div_ceil(64);
         out.fixed.clear();
         out.regional.clear();
+        out.regional_bits.clear();
+        let entry_words = self.by_player[!forward as usize].words;
+        if entry_words <= MAX_ENTRY_WORDS {
+            out.regional_bits.resize(entry_words, 0);
+        }
         out.bits.clear();
         out.bits.resize(words, 0);
         out.rank.resize(self.floor, 0);
@@ -366,7 +404,12 @@ impl PairPenalties {
         for &x in boxes {
             self.partners(x, &out.bits, forward, true, u16::MAX, |y| match self.entry(x, y, forward) {
                 Entry::Fixed(p) => out.fixed.push(packed(p, x, y, out.rank[x as usize], out.rank[y as usize])),
-                Entry::Regional(i) => out.regional.push((x, y, i)),
+                Entry::Regional(i) => {
+                    out.regional.push((x, y, i));
+                    if let Some(w) = out.regional_bits.get_mut(i as usize / 64) {
+                        *w |= 1 << (i % 64);
+                    }
+                }
             });
         }
         out.fixed.sort_unstable_by(|a, b| b.cmp(a));
@@ -402,8 +445,8 @@ impl PairPenalties {
         let side = !forward as usize;
         let t = if forward { &self.forward } else { &self.backward };
         let p = t[x as usize * self.floor + y as usize];
-        if p != DEAD && !self.regional[side].is_empty() {
-            let i = self.regional_at[side][pair(x as usize, y as usize)];
+        if p != DEAD && !self.by_player[side].pairs.is_empty() {
+            let i = self.by_player[side].at[pair(x as usize, y as usize)];
             if i > 0 {
                 return Entry::Regional(i - 1);
             }
@@ -414,7 +457,76 @@ impl PairPenalties {
     /// The penalty of a pair that depends on the player's region.
     #[inline]
     fn regional_penalty(&self, i: u32, player: u16, forward: bool) -> u8 {
-        self.by_player[!forward as usize][i as usize * self.floor + player as usize]
+        self.by_player[!forward as usize].penalty[i as usize * self.floor + player as usize]
+    }
+
+    /// Pushes to `extra` the regional pairs of `list` with a penalty with the
+    /// player on `player`, but those of the box on `from`; true at a dead
+    /// one. Most of a list's regional pairs have none with the player where
+    /// it is: the list's entries are tested against the player's live bits,
+    /// one by one, or `by_words`, a word of them at a time (the list's
+    /// bitset must be there). Either way the pairs come descending by
+    /// squares (the list's and the pairs' numbers ascend by squares), so
+    /// that the insertion sort after moves only pairs with a larger penalty
+    /// than those before.
+    fn regional_extras(
+        &self,
+        list: &PairList,
+        player: u16,
+        forward: bool,
+        from: u16,
+        by_words: bool,
+        extra: &mut Vec<u64>,
+    ) -> bool {
+        let side = &self.by_player[!forward as usize];
+        let words = side.words;
+        let live = &side.live[player as usize * words..(player as usize + 1) * words];
+        if by_words {
+            for w in (0..words).rev() {
+                let mut m = list.regional_bits[w] & live[w];
+                while m != 0 {
+                    let b = 63 - m.leading_zeros() as usize;
+                    m ^= 1 << b;
+                    let i = w * 64 + b;
+                    let (x, y) = side.pairs[i];
+                    if self.offer_regional(list, (x, y, i as u32), player, forward, from, extra) {
+                        return true;
+                    }
+                }
+            }
+        } else {
+            for &(x, y, i) in list.regional.iter().rev() {
+                if live[i as usize / 64] >> (i % 64) & 1 != 0
+                    && self.offer_regional(list, (x, y, i), player, forward, from, extra)
+                {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// One regional pair `(x, y, entry)` of [`regional_extras`](Self::regional_extras):
+    /// true when it is dead.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn offer_regional(
+        &self,
+        list: &PairList,
+        (x, y, i): (u16, u16, u32),
+        player: u16,
+        forward: bool,
+        from: u16,
+        extra: &mut Vec<u64>,
+    ) -> bool {
+        if x == from || y == from {
+            return false;
+        }
+        let p = self.regional_penalty(i, player, forward);
+        if p != 0 && p != DEAD {
+            extra.push(packed(p, x, y, list.rank[x as usize], list.rank[y as usize]));
+        }
+        p == DEAD
     }
 
     /// The greedy sum over the pairs of `list`, or, with `moved = (from, to)`,
@@ -428,16 +540,9 @@ impl PairPenalties {
             return super::bounds::UNREACHABLE;
         }
         s.extra.clear();
-        // descending by squares (`regional` ascends): the insertion sort
-        // below then moves only pairs with a larger penalty than those before
-        for &(x, y, i) in list.regional.iter().rev() {
-            if keeps(x, y) {
-                match self.regional_penalty(i, player, forward) {
-                    DEAD => return super::bounds::UNREACHABLE,
-                    0 => {}
-                    p => s.extra.push(packed(p, x, y, list.rank[x as usize], list.rank[y as usize])),
-                }
-            }
+        let by_words = !list.regional_bits.is_empty() && list.regional_bits.len() <= list.regional.len();
+        if self.regional_extras(list, player, forward, from, by_words, &mut s.extra) {
+            return super::bounds::UNREACHABLE;
         }
         // the box that left is in no pair: its pairs in `fixed` are passed
         // over; the one it came to is a new one (as many boxes as before)
@@ -582,6 +687,9 @@ struct PairList {
     /// Those whose penalty depends on the player's region: `x < y` and the
     /// entry in `regional`.
     regional: Vec<(u16, u16, u32)>,
+    /// The same as a bitset over the side's regional entries, where it has
+    /// at most [`MAX_ENTRY_WORDS`] words (else empty).
+    regional_bits: Vec<u64>,
     /// The boxes as a bitset.
     bits: Vec<u64>,
     /// Per square of a box, its rank among the boxes (its bit in `ranks`).
@@ -589,6 +697,10 @@ struct PairList {
     /// How many boxes.
     boxes: u8,
 }
+
+/// A pair list keeps its regional pairs as a bitset too up to this many
+/// words (4,096 regional entries on its side), cleared for every list.
+const MAX_ENTRY_WORDS: usize = 64;
 
 #[derive(Default)]
 struct Scratch {
@@ -784,12 +896,13 @@ mod tests {
     }
 
     /// Every regional entry's penalty by the player's square, as the table
-    /// holds it, against the region labels it was made from: for the tables
-    /// as built and as loaded from their parts, on levels whose pair
-    /// penalties depend on the player's region.
+    /// holds it, against the region labels it was made from, and its bit in
+    /// the live bitsets against the penalty: for the tables as built and as
+    /// loaded from their parts, on levels whose pair penalties depend on the
+    /// player's region.
     #[test]
-    fn penalties_by_player_square_agree_with_the_region_labels() {
-        let mut entries = 0;
+    fn penalties_and_live_bits_by_player_square_agree_with_the_region_labels() {
+        let (mut entries, mut live_bits) = (0, 0);
         for index in [1, 2, 10] {
             let board = crate::model::tests::shipped("XSokoban_90.xsb", index);
             let dist = PushDistances::new(&board);
@@ -802,21 +915,107 @@ mod tests {
                     for y in 1..floor {
                         for x in 0..y {
                             let Some(i) = tables.regional_at[side][pair(x, y)].checked_sub(1) else { continue };
+                            // the number a sum reads it by
+                            let by = &tables.by_player[side];
+                            let n = by.at[pair(x, y)].checked_sub(1).expect("a regional pair is numbered");
+                            assert_eq!(by.pairs[n as usize], (x as u16, y as u16));
                             entries += 1;
                             for s in (0..floor).filter(|&s| s != x && s != y) {
                                 let label = regions.label(x as u16, y as u16, s as u16) as usize;
                                 assert_eq!(
-                                    tables.regional_penalty(i, s as u16, forward),
+                                    tables.regional_penalty(n, s as u16, forward),
                                     tables.regional[side][i as usize][label],
                                     "XSokoban #{index}, pair {x} {y}, player on {s}"
                                 );
                             }
+                            // a sum loads only the pairs whose bit is set
+                            for s in 0..floor {
+                                let live = by.live[s * by.words + n as usize / 64] >> (n % 64) & 1;
+                                assert_eq!(
+                                    live == 1,
+                                    tables.regional_penalty(n, s as u16, forward) != 0,
+                                    "XSokoban #{index}, pair {x} {y}, player on {s}: live bit"
+                                );
+                                live_bits += live;
+                            }
                         }
                     }
+                    // numbered by squares, every one once
+                    let by = &tables.by_player[side];
+                    assert!(by.pairs.windows(2).all(|w| w[0] < w[1]));
+                    assert_eq!(by.pairs.len(), tables.regional[side].len());
                 }
             }
         }
         assert!(entries > 0, "no pair penalty depends on the player's region");
+        assert!(live_bits > 0, "no live bit set");
+    }
+
+    /// A sum's regional pairs, found a word of pairs at a time and one by
+    /// one, are those the region labels give: random box sets, player
+    /// squares and moved boxes on levels whose pair penalties depend on the
+    /// player's region.
+    #[test]
+    fn regional_pairs_by_words_and_one_by_one_agree_with_the_region_labels() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut below = |n: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        };
+        let mut found = 0;
+        for index in [2, 10] {
+            let board = crate::model::tests::shipped("XSokoban_90.xsb", index);
+            let dist = PushDistances::new(&board);
+            let tables = PairPenalties::new(&board, &dist).unwrap();
+            let regions = Regions::new(&board);
+            let floor = board.floor_count();
+            let mut list = PairList::default();
+            for round in 0..2_000 {
+                let forward = round % 2 == 0;
+                let mut boxes: Vec<u16> = (0..floor as u16).collect();
+                for i in 0..board.goals.len() {
+                    let j = i + below(floor - i);
+                    boxes.swap(i, j);
+                }
+                boxes.truncate(board.goals.len());
+                boxes.sort_unstable();
+                let player = below(floor) as u16;
+                let from = if round % 3 == 0 { u16::MAX } else { boxes[below(boxes.len())] };
+                tables.collect(&boxes, forward, &mut list);
+                let side = !forward as usize;
+                let mut want = Vec::new();
+                let mut dead = false;
+                for (a, &x) in boxes.iter().enumerate() {
+                    for &y in &boxes[a + 1..] {
+                        let Some(i) = tables.regional_at[side][pair(x as usize, y as usize)].checked_sub(1) else {
+                            continue;
+                        };
+                        let label = regions.label(x, y, player);
+                        let p = if label == NO_REGION { 0 } else { tables.regional[side][i as usize][label as usize] };
+                        if x == from || y == from || p == 0 {
+                            continue;
+                        }
+                        dead |= p == DEAD;
+                        want.push(packed(p, x, y, list.rank[x as usize], list.rank[y as usize]));
+                    }
+                }
+                want.sort_unstable();
+                assert!(!list.regional_bits.is_empty(), "XSokoban #{index}: no bitset");
+                for by_words in [false, true] {
+                    let mut got = Vec::new();
+                    let said_dead = tables.regional_extras(&list, player, forward, from, by_words, &mut got);
+                    assert_eq!(said_dead, dead, "XSokoban #{index}, round {round}, by words {by_words}");
+                    if !dead {
+                        got.sort_unstable();
+                        assert_eq!(got, want, "XSokoban #{index}, round {round}, by words {by_words}");
+                    }
+                }
+                found += want.len();
+            }
+        }
+        assert!(found > 1_000, "only {found} regional pairs with a penalty");
     }
 
     proptest! {
