@@ -786,7 +786,6 @@ fn side_games(
     let mut depth = vec![u16::MAX; floor * floor * MAX_REGIONS];
     let mut queue: Vec<(u16, u16, u8)> = Vec::new();
     for &(t1, t2) in pairs {
-        depth.fill(u16::MAX);
         queue.clear();
         let (g1, g2) = (targets[t1], targets[t2]);
         let seeds: Vec<u8> = if forward {
@@ -804,22 +803,16 @@ fn side_games(
             queue.push((g1, g2, r));
         }
         game(board, regions, forward, &mut depth, &mut queue);
-        for a in 0..floor {
-            for b in 0..floor {
-                if a == b {
-                    continue;
-                }
-                // box 1 went to (came from) g1, box 2 to g2
-                let lone_sum = lone(t1, a as u16).saturating_add(lone(t2, b as u16));
-                let at = (a * floor + b) * MAX_REGIONS;
-                let cell = &mut by_region[pair(a, b)];
-                for (r, &d) in depth[at..at + MAX_REGIONS].iter().enumerate() {
-                    if d != u16::MAX {
-                        let extra = (d as u32).saturating_sub(lone_sum).min(DEAD as u32 - 1) as u8;
-                        cell[r] = cell[r].min(extra);
-                    }
-                }
-            }
+        // the queue holds every state the game reached, once: their depths
+        // are read, and set back for the next game
+        for &(a, b, r) in queue.iter() {
+            let at = (a as usize * floor + b as usize) * MAX_REGIONS + r as usize;
+            let d = std::mem::replace(&mut depth[at], u16::MAX);
+            // box 1 went to (came from) g1, box 2 to g2
+            let lone_sum = lone(t1, a).saturating_add(lone(t2, b));
+            let extra = (d as u32).saturating_sub(lone_sum).min(DEAD as u32 - 1) as u8;
+            let cell = &mut by_region[pair(a as usize, b as usize)][r as usize];
+            *cell = (*cell).min(extra);
         }
     }
     by_region
