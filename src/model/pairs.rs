@@ -785,6 +785,7 @@ fn side_games(
     let mut by_region = vec![[DEAD; MAX_REGIONS]; floor * floor.saturating_sub(1) / 2];
     let mut depth = vec![u16::MAX; floor * floor * MAX_REGIONS];
     let mut queue: Vec<(u16, u16, u8)> = Vec::new();
+    let steps = game_steps(board, forward);
     for &(t1, t2) in pairs {
         queue.clear();
         let (g1, g2) = (targets[t1], targets[t2]);
@@ -802,7 +803,7 @@ fn side_games(
             depth[(g1 as usize * floor + g2 as usize) * MAX_REGIONS + r as usize] = 0;
             queue.push((g1, g2, r));
         }
-        game(board, regions, forward, &mut depth, &mut queue);
+        game(board, regions, &steps, &mut depth, &mut queue);
         // the queue holds every state the game reached, once: their depths
         // are read, and set back for the next game
         for &(a, b, r) in queue.iter() {
@@ -834,21 +835,36 @@ pub(super) fn game_step(board: &Board, z: u16, dir: usize, forward: bool) -> Opt
     (player_at != NONE && box_to != NONE && player_to != NONE).then_some((player_at, box_to, player_to))
 }
 
-/// Breadth-first search of the labelled 2-box game from the queued states:
-/// backward by pulls (`forward` tables: distances to the seeds), forward by
-/// pushes (distances from them). `depth[(a * floor + b) * MAX_REGIONS + r]`.
-fn game(board: &Board, regions: &Regions, forward: bool, depth: &mut [u16], queue: &mut Vec<(u16, u16, u8)>) {
+/// Per square, the four [`game_step`]s of a box there (`NONE` squares
+/// where there is none).
+type GameSteps = [(u16, u16, u16); DIRS];
+
+/// The [`GameSteps`] of every square of `board`, by pull or by push.
+fn game_steps(board: &Board, forward: bool) -> Vec<GameSteps> {
+    (0..board.floor_count() as u16)
+        .map(|z| std::array::from_fn(|dir| game_step(board, z, dir, forward).unwrap_or((NONE, NONE, NONE))))
+        .collect()
+}
+
+/// Breadth-first search of the labelled 2-box game from the queued states
+/// (all of depth 0) with the moves `steps`: backward by pulls (`forward`
+/// tables: distances to the seeds), forward by pushes (distances from
+/// them). `depth[(a * floor + b) * MAX_REGIONS + r]`.
+fn game(board: &Board, regions: &Regions, steps: &[GameSteps], depth: &mut [u16], queue: &mut Vec<(u16, u16, u8)>) {
     let floor = board.floor_count();
     let mut head = 0;
+    // the queue holds the states of depth `d` up to `level_end`
+    let (mut d, mut level_end) = (0u16, queue.len());
     while head < queue.len() {
+        if head == level_end {
+            (d, level_end) = (d + 1, queue.len());
+        }
         let (a, b, r) = queue[head];
         head += 1;
-        let d = depth[(a as usize * floor + b as usize) * MAX_REGIONS + r as usize];
         for which in 0..2 {
             let (z, other) = if which == 0 { (a, b) } else { (b, a) };
-            for dir in 0..DIRS {
-                let Some((player_at, box_to, player_to)) = game_step(board, z, dir, forward) else { continue };
-                if box_to == other || player_to == other {
+            for &(player_at, box_to, player_to) in &steps[z as usize] {
+                if player_at == NONE || box_to == other || player_to == other {
                     continue;
                 }
                 if regions.label(a, b, player_at) != r {
