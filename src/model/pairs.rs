@@ -541,7 +541,7 @@ impl PairPenalties {
         }
         s.extra.clear();
         let by_words = !list.regional_bits.is_empty() && list.regional_bits.len() <= list.regional.len();
-        if self.regional_extras(list, player, forward, from, by_words, &mut s.extra) {
+        if !list.regional.is_empty() && self.regional_extras(list, player, forward, from, by_words, &mut s.extra) {
             return super::bounds::UNREACHABLE;
         }
         // the box that left is in no pair: its pairs in `fixed` are passed
