@@ -439,7 +439,7 @@ impl PairPenalties {
     }
 
     /// Whether the penalty of the pair of squares `x != y` is one number, or
-    /// depends on the player's region (its entry in `regional`).
+    /// depends on the player's region (its number in the side's [`ByPlayer`]).
     #[inline]
     fn entry(&self, x: u16, y: u16, forward: bool) -> Entry {
         let side = !forward as usize;
@@ -454,7 +454,8 @@ impl PairPenalties {
         Entry::Fixed(p)
     }
 
-    /// The penalty of a pair that depends on the player's region.
+    /// The penalty of a pair that depends on the player's region, by its
+    /// number in the side's [`ByPlayer`].
     #[inline]
     fn regional_penalty(&self, i: u32, player: u16, forward: bool) -> u8 {
         self.by_player[!forward as usize].penalty[i as usize * self.floor + player as usize]
@@ -579,8 +580,8 @@ impl PairPenalties {
     }
 }
 
-/// A pair's penalty is one number, or one per player region (an entry of
-/// `regional`).
+/// A pair's penalty is one number, or one per player region (its number
+/// in the side's [`ByPlayer`]).
 enum Entry {
     Fixed(u8),
     Regional(u32),
@@ -685,10 +686,10 @@ struct PairList {
     /// descending: the greedy order.
     fixed: Vec<u64>,
     /// Those whose penalty depends on the player's region: `x < y` and the
-    /// entry in `regional`.
+    /// pair's number in the side's [`ByPlayer`].
     regional: Vec<(u16, u16, u32)>,
-    /// The same as a bitset over the side's regional entries, where it has
-    /// at most [`MAX_ENTRY_WORDS`] words (else empty).
+    /// The same as a bitset over those numbers, where it has at most
+    /// [`MAX_ENTRY_WORDS`] words (else empty).
     regional_bits: Vec<u64>,
     /// The boxes as a bitset.
     bits: Vec<u64>,
@@ -699,7 +700,7 @@ struct PairList {
 }
 
 /// A pair list keeps its regional pairs as a bitset too up to this many
-/// words (4,096 regional entries on its side), cleared for every list.
+/// words (4,096 regional pairs on its side), cleared for every list.
 const MAX_ENTRY_WORDS: usize = 64;
 
 #[derive(Default)]
