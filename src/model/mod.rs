@@ -21,4 +21,16 @@ mod tests {
         let level = super::level::split_collection(&text, file)[index - 1].parse().unwrap();
         Board::new(&level).unwrap()
     }
+
+    /// A fixed stream of pseudo-random numbers (xorshift), for the model's
+    /// tests: each call a number below its argument.
+    pub(crate) fn below() -> impl FnMut(usize) -> usize {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        move |n| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        }
+    }
 }

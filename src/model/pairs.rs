@@ -94,15 +94,18 @@ struct ByPlayer {
     /// `s` (0 on the pair's own squares), one load where the region label
     /// and the entry took two, far apart.
     penalty: Vec<u8>,
-    /// Words in a bitset over the pairs.
-    words: usize,
-    /// `live[s * words..][n]`: whether pair `n` has a penalty (or is dead)
+    /// `live[s * words()..][n]`: whether pair `n` has a penalty (or is dead)
     /// with the player on `s`. A sum tests its list's pairs here, in one
     /// short row, and loads `penalty` only for the few that count.
     live: Vec<u64>,
 }
 
 impl ByPlayer {
+    /// Words in a bitset over the pairs.
+    fn words(&self) -> usize {
+        self.pairs.len().div_ceil(64)
+    }
+
     /// From one side's parts and the board's `regions`.
     fn new(regions: &Regions, regional: &[[u8; MAX_REGIONS]], regional_at: &[u32]) -> ByPlayer {
         let floor = regions.floor;
@@ -128,7 +131,7 @@ impl ByPlayer {
                 live[s * words + n / 64] |= 1 << (n % 64);
             }
         }
-        ByPlayer { at, pairs, penalty, words, live }
+        ByPlayer { at, pairs, penalty, live }
     }
 }
 
@@ -387,7 +390,7 @@ impl PairPenalties {
         out.fixed.clear();
         out.regional.clear();
         out.regional_bits.clear();
-        let entry_words = self.by_player[!forward as usize].words;
+        let entry_words = self.by_player[!forward as usize].words();
         if entry_words <= MAX_ENTRY_WORDS {
             out.regional_bits.resize(entry_words, 0);
         }
@@ -480,7 +483,7 @@ impl PairPenalties {
         extra: &mut Vec<u64>,
     ) -> bool {
         let side = &self.by_player[!forward as usize];
-        let words = side.words;
+        let words = side.words();
         let live = &side.live[player as usize * words..(player as usize + 1) * words];
         if by_words {
             for w in (0..words).rev() {
@@ -940,7 +943,7 @@ mod tests {
                             }
                             // a sum loads only the pairs whose bit is set
                             for s in 0..floor {
-                                let live = by.live[s * by.words + n as usize / 64] >> (n % 64) & 1;
+                                let live = by.live[s * by.words() + n as usize / 64] >> (n % 64) & 1;
                                 assert_eq!(
                                     live == 1,
                                     tables.regional_penalty(n, s as u16, forward) != 0,
@@ -967,13 +970,7 @@ mod tests {
     /// player's region.
     #[test]
     fn regional_pairs_by_words_and_one_by_one_agree_with_the_region_labels() {
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut below = |n: usize| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng % n as u64) as usize
-        };
+        let mut below = crate::model::tests::below();
         let mut found = 0;
         for index in [2, 10] {
             let board = crate::model::tests::shipped("XSokoban_90.xsb", index);

@@ -93,7 +93,7 @@ pub fn is_solved(board: &Board, boxes: &[u16]) -> bool {
 mod tests {
     use super::*;
     use crate::model::level::parse_one;
-    use crate::model::tests::shipped;
+    use crate::model::tests::{below, shipped};
 
     fn board(t: &str) -> Board {
         Board::new(&parse_one(t, "t").unwrap()).unwrap()
@@ -129,18 +129,6 @@ mod tests {
         };
         assert_eq!(count(&mut sc, Pruning::NONE), 6);
         assert_eq!(count(&mut sc, Pruning { freeze: true, ..Pruning::NONE }), 4);
-    }
-
-    /// A fixed stream of pseudo-random numbers (xorshift): each call a number
-    /// below its argument.
-    fn below() -> impl FnMut(usize) -> usize {
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        move |n| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng % n as u64) as usize
-        }
     }
 
     /// The backward freeze test as first written: each direction in turn,
