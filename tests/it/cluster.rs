@@ -438,11 +438,17 @@ fn incoming_successors_many_times_a_workers_budget_spill_and_peak_rss_stays_boun
     // slack; docs/cluster.md)
     for (i, w) in c.workers.iter().enumerate() {
         let (before, peak) = (idle[i], peak_rss(w));
+        // the worker logs the phase after which its peak rose
+        let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+        let rises: Vec<&str> = log.lines().filter(|l| l.contains("peak rss rose")).collect();
+        assert!(rises.iter().any(|l| l.contains("phase")), "worker {i} logged no peak:\n{log}");
         assert!(
             peak <= before + MEM + (16 << 20),
-            "worker {i}: peak RSS {} MiB, idle {} MiB, budget 1 MiB",
+            "worker {i}: peak RSS {} MiB, idle {} MiB, budget 1 MiB; its rises:\n{}\n{}",
             peak >> 20,
-            before >> 20
+            before >> 20,
+            rises.join("\n"),
+            c.logs()
         );
     }
 }

@@ -56,6 +56,8 @@ struct State {
     keys_local: AtomicU64,
     /// Successor keys spilled by the jobs this worker held before its current one.
     spilled_before: AtomicU64,
+    /// The peak RSS last logged (see [`WorkerService::peak_after`]).
+    peak_logged: AtomicU64,
 }
 
 /// The worker's gRPC service.
@@ -101,6 +103,19 @@ pub fn node_id(data_dir: &std::path::Path) -> Result<String, ClusterError> {
 }
 
 impl WorkerService {
+    /// Logs the process's peak RSS after `phase` when it has risen by a MiB
+    /// or more since it was last logged, so that an operator (or a test)
+    /// whose worker outgrew `--mem` sees which phase took it there.
+    fn peak_after(&self, phase: &'static str) {
+        let peak = peak_rss_bytes();
+        let last = self.st.peak_logged.load(Ordering::Relaxed);
+        if peak >= last + (1 << 20)
+            && self.st.peak_logged.compare_exchange(last, peak, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            tracing::info!(phase, peak_rss_kib = peak >> 10, rss_kib = rss_bytes() >> 10, "peak rss rose");
+        }
+    }
+
     pub fn new(node_id: String, data_dir: PathBuf, mem: u64, net: NetConfig) -> Self {
         WorkerService {
             st: Arc::new(State {
@@ -114,6 +129,7 @@ impl WorkerService {
                 bytes_sent: AtomicU64::new(0),
                 keys_local: AtomicU64::new(0),
                 spilled_before: AtomicU64::new(0),
+                peak_logged: AtomicU64::new(0),
             }),
         }
     }
@@ -328,6 +344,7 @@ impl Worker for WorkerService {
             threads: rayon::current_num_threads(),
         };
         let j = run_cpu(move || open_job(spec)).await??;
+        self.peak_after("load");
         tracing::info!(job = r.job_id, phase = %phase, forward = want[0], backward = want[1], partitions = j.owned(), "job loaded");
         let reply = LoadReply { limbs: j.limbs(), forward_layers: want[0] as u32, backward_layers: want[1] as u32 };
         self.replace_job(Some(j), None);
@@ -339,6 +356,7 @@ impl Worker for WorkerService {
         let side = side_of(r.side)?;
         let j = self.job(r.job_id)?;
         let states = run_cpu(move || j.seed(side, &r.keys)).await??;
+        self.peak_after("seed");
         Ok(Response::new(SeedReply { states }))
     }
 
@@ -396,6 +414,7 @@ impl Worker for WorkerService {
             }
         }
         let reply = res??;
+        self.peak_after("expand");
         self.st.keys_sent.fetch_add(reply.keys_sent, Ordering::Relaxed);
         self.st.bytes_sent.fetch_add(reply.bytes_sent, Ordering::Relaxed);
         self.st.keys_local.fetch_add(reply.keys_local, Ordering::Relaxed);
@@ -424,6 +443,7 @@ impl Worker for WorkerService {
                 .map_err(|e| ClusterError::Internal(format!("delivery: {e}")))??;
             batches += 1;
         }
+        self.peak_after("deliver");
         Ok(Response::new(DeliverReply { batches, keys }))
     }
 
@@ -432,6 +452,7 @@ impl Worker for WorkerService {
         let side = side_of(r.side)?;
         let j = self.job(r.job_id)?;
         let reply = run_cpu(move || j.merge(side, r.step, r.check_other)).await??;
+        self.peak_after("merge");
         Ok(Response::new(reply))
     }
 
@@ -440,6 +461,7 @@ impl Worker for WorkerService {
         let side = side_of(r.side)?;
         let j = self.job(r.job_id)?;
         let reply = run_cpu(move || j.seal(side, r.step, r.layer as usize)).await??;
+        self.peak_after("seal");
         Ok(Response::new(reply))
     }
 
@@ -456,6 +478,7 @@ impl Worker for WorkerService {
         let j = self.job(r.job_id)?;
         // a batch of lookups is store reads: on rayon, not in the async task
         let found = run_cpu(move || j.lookup(side, r.layer as usize, &r.keys)).await??;
+        self.peak_after("lookup");
         Ok(Response::new(LookupReply { found }))
     }
 
@@ -465,6 +488,7 @@ impl Worker for WorkerService {
         let max = MAX_MESSAGE_BYTES / 2 / (j.limbs() as usize * 8).max(1);
         let (keys, count) =
             run_cpu(move || j.common(r.forward_layer as usize, r.backward_layer as usize, max)).await??;
+        self.peak_after("common");
         Ok(Response::new(CommonReply { keys, count }))
     }
 
@@ -489,6 +513,7 @@ impl Worker for WorkerService {
         let j = self.job(r.job_id)?;
         // chunks of 256 Ki keys stay far below the message limit for any width
         let chunks = run_cpu(move || j.collect(side, 1 << 18)).await??;
+        self.peak_after("kpg collect");
         let items: Vec<Result<KpgCollectReply, Status>> =
             chunks.into_iter().map(|keys| Ok(KpgCollectReply { keys })).collect();
         Ok(Response::new(Box::pin(tokio_stream::iter(items))))
