@@ -49,7 +49,8 @@
 //!
 //! The driver asks it only for a bound that is at most the optimum, so that
 //! a found solution is an optimal one; the answer does not depend on the
-//! number of threads (the batches are fixed in size and merged in order),
+//! number of threads (the batches are fixed in size and their successors
+//! merged in the order of the states that made them),
 //! nor on how a run is cut into parts ([`Probe::run`] goes on where the last
 //! part stopped).
 
@@ -61,7 +62,7 @@ use crate::model::rules::{BoxMove, Scratch};
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -145,6 +146,7 @@ struct Node<K> {
 }
 
 /// A successor found by a batch: the state, its bound and where it came from.
+#[derive(Clone, Copy)]
 struct Found<K> {
     key: K,
     push: BoxMove,
@@ -196,7 +198,11 @@ pub struct Probe<K> {
     index: FxHashMap<K, u32>,
     open: Open,
     scratch: Vec<(Scratch, Excess)>,
-    outs: Vec<Vec<Found<K>>>,
+    /// Per thread, the successors of the batch's states it claimed, and
+    /// where each claimed state's lie in them (see [`Spans`]).
+    outs: Vec<(Vec<Found<K>>, Spans)>,
+    /// The batch's successors in batch order, gathered from `outs`.
+    found: Vec<Found<K>>,
     stats: ProbeStats,
     /// Set once found or exhausted: every later run answers the same.
     over: Option<ProbeEnd>,
@@ -219,7 +225,8 @@ impl<K: StateKey> Probe<K> {
             index: FxHashMap::default(),
             open: Open { queue: BTreeMap::new(), depth: 0 },
             scratch: (0..threads).map(|_| (Scratch::new(board), [0; EXCESS_BINS])).collect(),
-            outs: (0..threads).map(|_| Vec::new()).collect(),
+            outs: (0..threads).map(|_| Default::default()).collect(),
+            found: Vec::new(),
             stats: ProbeStats::default(),
             over: None,
             started: Instant::now(),
@@ -255,9 +262,11 @@ impl<K: StateKey> Probe<K> {
     /// `U - d <= J` is looked up in backward layer `U - d` (see the module's
     /// "The perimeter") and either joins it to a solution or is dropped.
     ///
-    /// With more than one thread, each batch is split among helper threads
-    /// that live for this run: they spin between batches and sleep on a
-    /// condition variable when none comes for about a millisecond. A batch
+    /// With more than one thread, each batch's states are claimed one at a
+    /// time by this thread and helper threads that live for this run (so no
+    /// thread waits while another still has a half of the batch to do); the
+    /// helpers spin between batches and sleep on a condition variable when
+    /// none comes for about a millisecond. A batch
     /// is a few hundred microseconds of work, less than a sleeping rayon
     /// worker takes to wake, so on the pool the other threads joined too
     /// late to help (two threads expanded no faster than one; measured in
@@ -278,17 +287,22 @@ impl<K: StateKey> Probe<K> {
         }
         let helpers: Vec<(Scratch, Excess)> = self.scratch.drain(1..).collect();
         if helpers.is_empty() {
-            return self.run_with(problem, budget, cancel, progress, layers, &[]);
+            return self.run_with(problem, budget, cancel, progress, layers, (&[], &AtomicUsize::new(0)));
         }
         let shares: Vec<Share<K>> = helpers.iter().map(|_| Share::default()).collect();
+        let claim = AtomicUsize::new(0);
         let (end, back) = std::thread::scope(|s| {
             // the helpers stop however the run ends, a panic included (one
             // of the spawns failing among them: those already started would
             // wait for a batch, and the scope for them, forever)
             let stop = Finish(&shares);
-            let handles: Vec<_> =
-                helpers.into_iter().zip(&shares).map(|(sc, share)| s.spawn(move || share.serve(problem, sc))).collect();
-            let end = self.run_with(problem, budget, cancel, progress, layers, &shares);
+            let claim = &claim;
+            let handles: Vec<_> = helpers
+                .into_iter()
+                .zip(&shares)
+                .map(|(sc, share)| s.spawn(move || share.serve(problem, claim, sc)))
+                .collect();
+            let end = self.run_with(problem, budget, cancel, progress, layers, (&shares, claim));
             drop(stop);
             // a helper's panic is passed on as it was (the run above then
             // ended with an error, not a panic of its own)
@@ -303,7 +317,9 @@ impl<K: StateKey> Probe<K> {
     }
 
     /// [`run`](Self::run) on this thread, with `shares` expanding their part
-    /// of each batch.
+    /// of each batch: every thread claims the batch's states one at a time
+    /// from `claim` (so none waits while another has states left), and
+    /// their successors are put back in batch order.
     fn run_with(
         &mut self,
         problem: &Problem<K>,
@@ -311,7 +327,7 @@ impl<K: StateKey> Probe<K> {
         cancel: &AtomicBool,
         progress: &dyn Progress,
         mut layers: Option<&mut dyn LayerBackend<K>>,
-        shares: &[Share<K>],
+        (shares, claim): Helpers<'_, K>,
     ) -> Result<ProbeEnd, EngineError> {
         let limit = problem.bound.as_ref().map(|b| b.limit);
         let (mut taken, mut batch) = (Vec::new(), Vec::new());
@@ -352,18 +368,20 @@ impl<K: StateKey> Probe<K> {
                 break ProbeEnd::Exhausted;
             }
             self.stats.expanded += batch.len() as u64;
-            let per = batch.len().div_ceil(shares.len() + 1);
-            let mut chunks = batch.chunks(per);
-            let mine = chunks.next().unwrap_or(&[]);
-            let posted: Vec<u64> = shares.iter().zip(chunks).map(|(share, chunk)| share.post(chunk)).collect();
+            // no helper claims now: the last batch's are all collected, and
+            // the posts publish this store
+            claim.store(0, Ordering::Relaxed);
+            let posted: Vec<u64> = shares.iter().map(|share| share.post(&batch)).collect();
             let (sc, excess) = &mut self.scratch[0];
-            expand_into(problem, mine, sc, excess, &mut self.outs[0]);
+            let (out, spans) = &mut self.outs[0];
+            expand_claimed(problem, &batch, claim, sc, excess, out, spans);
             for (i, (share, seq)) in shares.iter().zip(posted).enumerate() {
                 if !share.collect(seq, &mut self.outs[i + 1]) {
                     // it panicked: `run` passes its panic on
                     return Err(EngineError::Internal("a probe helper thread stopped".into()));
                 }
             }
+            in_batch_order(&self.outs, batch.len(), &mut self.found);
             // one open key's states: one depth
             let depth = batch[0].1;
             let perimeter = match (layers.as_deref_mut(), limit) {
@@ -403,7 +421,7 @@ impl<K: StateKey> Probe<K> {
         let Some(j) = (limit as usize).checked_sub(depth as usize + 1).filter(|&j| j < built) else {
             return Ok(None);
         };
-        let keys: Vec<K> = self.outs.iter().flatten().map(|f| f.key).collect();
+        let keys: Vec<K> = self.found.iter().map(|f| f.key).collect();
         if keys.is_empty() {
             return Ok(None);
         }
@@ -418,7 +436,7 @@ impl<K: StateKey> Probe<K> {
     #[allow(clippy::type_complexity)]
     fn merge(&mut self, perimeter: Option<&Vec<Gate>>) -> Option<(Vec<BoxMove>, Option<(K, usize)>)> {
         let (nodes, index, open, stats) = (&mut self.nodes, &mut self.index, &mut self.open, &mut self.stats);
-        for (i, found) in self.outs.iter_mut().flat_map(|o| o.drain(..)).enumerate() {
+        for (i, found) in self.found.drain(..).enumerate() {
             stats.generated += 1;
             let depth = nodes[found.parent as usize].depth + 1;
             if found.h == 0 {
@@ -497,24 +515,56 @@ pub const fn state_bytes<K>() -> u64 {
 /// A batch's states, as (node, depth, parent's order, key).
 type Taken<K> = (u32, u32, u32, K);
 
-/// Expands `states` into `out` (cleared first), in order.
-fn expand_into<K: StateKey>(
+/// Per claimed state: its place in the batch and the range of its
+/// successors in the claiming thread's output.
+type Spans = Vec<(u32, u32, u32)>;
+
+/// Expands the states of `states` this thread claims from `claim` into
+/// `out`, recording each one's successors in `spans` (both cleared first).
+fn expand_claimed<K: StateKey>(
     problem: &Problem<K>,
     states: &[Taken<K>],
+    claim: &AtomicUsize,
     sc: &mut Scratch,
     excess: &mut Excess,
     out: &mut Vec<Found<K>>,
+    spans: &mut Spans,
 ) {
     out.clear();
-    for &(node, depth, parent_f, key) in states {
+    spans.clear();
+    loop {
+        let i = claim.fetch_add(1, Ordering::Relaxed);
+        let Some(&(node, depth, parent_f, key)) = states.get(i) else { return };
+        let from = out.len() as u32;
         problem.expand_scored(Side::Forward, &key, sc, depth + 1, excess, |key, push, h| {
             out.push(Found { key, push, h, parent: node, parent_f })
         });
+        spans.push((i as u32, from, out.len() as u32));
     }
 }
 
-/// A helper's states and their successors.
-type Job<K> = (Vec<Taken<K>>, Vec<Found<K>>);
+/// The successors of a batch of `states` states, gathered from the threads'
+/// outputs into `found` in the order of the states that made them: the
+/// order a single thread makes them in, whichever thread claimed what.
+fn in_batch_order<K: Copy>(outs: &[(Vec<Found<K>>, Spans)], states: usize, found: &mut Vec<Found<K>>) {
+    let mut at = vec![(0u32, 0u32, 0u32); states];
+    for (t, (_, spans)) in outs.iter().enumerate() {
+        for &(i, from, to) in spans {
+            at[i as usize] = (t as u32, from, to);
+        }
+    }
+    found.clear();
+    for (t, from, to) in at {
+        found.extend_from_slice(&outs[t as usize].0[from as usize..to as usize]);
+    }
+}
+
+/// The helper threads of a run and the counter every thread claims a
+/// batch's states from.
+type Helpers<'a, K> = (&'a [Share<K>], &'a AtomicUsize);
+
+/// A helper's batch, and its successors with their spans.
+type Job<K> = (Vec<Taken<K>>, (Vec<Found<K>>, Spans));
 
 /// A helper thread's part of each batch (see [`Probe::run`]): the states
 /// the probe's thread hands over, and their successors handed back.
@@ -534,7 +584,7 @@ impl<K> Default for Share<K> {
             posted: AtomicU64::new(0),
             done: AtomicU64::new(0),
             stop: AtomicBool::new(false),
-            job: Mutex::new((Vec::new(), Vec::new())),
+            job: Mutex::new((Vec::new(), Default::default())),
             changed: Condvar::new(),
         }
     }
@@ -579,12 +629,13 @@ impl<K: StateKey> Share<K> {
         }
     }
 
-    /// Hands `chunk` to the helper: the number of its batch.
-    fn post(&self, chunk: &[Taken<K>]) -> u64 {
+    /// Hands `batch` to the helper, to claim states from: the number of
+    /// the batch.
+    fn post(&self, batch: &[Taken<K>]) -> u64 {
         let seq = {
             let mut job = self.job();
             job.0.clear();
-            job.0.extend_from_slice(chunk);
+            job.0.extend_from_slice(batch);
             self.posted.fetch_add(1, Ordering::AcqRel) + 1
         };
         self.changed.notify_all();
@@ -594,7 +645,7 @@ impl<K: StateKey> Share<K> {
     /// The successors of batch `seq` into `out` (whose old contents the
     /// helper gets back to fill next time); false when the helper stopped
     /// first, which only one that panicked does before the run ends.
-    fn collect(&self, seq: u64, out: &mut Vec<Found<K>>) -> bool {
+    fn collect(&self, seq: u64, out: &mut (Vec<Found<K>>, Spans)) -> bool {
         // the probe's thread waits for a chunk like the one it has just
         // expanded, so always briefly: the full spin each time, not adapted
         let mut spins = SPINS;
@@ -616,7 +667,12 @@ impl<K: StateKey> Share<K> {
 
     /// The helper: expands each batch posted until the run ends, then gives
     /// its buffers back.
-    fn serve(&self, problem: &Problem<K>, (mut sc, mut excess): (Scratch, Excess)) -> (Scratch, Excess) {
+    fn serve(
+        &self,
+        problem: &Problem<K>,
+        claim: &AtomicUsize,
+        (mut sc, mut excess): (Scratch, Excess),
+    ) -> (Scratch, Excess) {
         let _stop = Finish(std::slice::from_ref(self));
         let (mut seen, mut spins) = (0, SPINS);
         loop {
@@ -628,8 +684,8 @@ impl<K: StateKey> Share<K> {
             seen = posted;
             {
                 let mut job = self.job();
-                let (states, out) = &mut *job;
-                expand_into(problem, states, &mut sc, &mut excess, out);
+                let (states, (out, spans)) = &mut *job;
+                expand_claimed(problem, states, claim, &mut sc, &mut excess, out, spans);
                 self.done.store(seen, Ordering::Release);
             }
             self.changed.notify_all();
@@ -681,4 +737,30 @@ pub fn probe<K: StateKey>(
     let mut p = Probe::new(problem, starts)?;
     let end = p.run(problem, ProbeBudget::states(budget), cancel, &NoProgress, None)?;
     Ok((end, p.stats()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// However the threads claimed a batch's states (one at a time, in
+        /// claim order on each), the successors come back in batch order.
+        #[test]
+        fn successors_come_back_in_batch_order(claims in proptest::collection::vec((0usize..3, 0u32..5), 0..40)) {
+            let found = |state: u32, j: u32| Found { key: 0u64, push: BoxMove { from: 0, dir: 0 }, h: j, parent: state, parent_f: 0 };
+            let mut outs: Vec<(Vec<Found<u64>>, Spans)> = (0..3).map(|_| Default::default()).collect();
+            for (state, &(thread, successors)) in claims.iter().enumerate() {
+                let (out, spans) = &mut outs[thread];
+                let from = out.len() as u32;
+                out.extend((0..successors).map(|j| found(state as u32, j)));
+                spans.push((state as u32, from, out.len() as u32));
+            }
+            let mut got = Vec::new();
+            in_batch_order(&outs, claims.len(), &mut got);
+            let want: Vec<(u32, u32)> = claims.iter().enumerate().flat_map(|(state, &(_, n))| (0..n).map(move |j| (state as u32, j))).collect();
+            prop_assert_eq!(got.iter().map(|f| (f.parent, f.h)).collect::<Vec<_>>(), want);
+        }
+    }
 }
