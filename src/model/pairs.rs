@@ -829,7 +829,7 @@ fn side_games(
 /// the box goes, where the player ends). A pull moves the box from `z` to
 /// `z + dir` and the player from `z + dir` to `z + 2 dir`; a push moves the
 /// box to `z + dir` with the player coming from `z - dir` and ending on `z`.
-pub(super) fn game_step(board: &Board, z: u16, dir: usize, forward: bool) -> Option<(u16, u16, u16)> {
+fn game_step(board: &Board, z: u16, dir: usize, forward: bool) -> Option<(u16, u16, u16)> {
     let (player_at, box_to, player_to) = if forward {
         let n1 = board.neighbour(z, dir);
         (n1, n1, if n1 == NONE { NONE } else { board.neighbour(n1, dir) })
@@ -841,10 +841,10 @@ pub(super) fn game_step(board: &Board, z: u16, dir: usize, forward: bool) -> Opt
 
 /// Per square, the four [`game_step`]s of a box there (`NONE` squares
 /// where there is none).
-type GameSteps = [(u16, u16, u16); DIRS];
+pub(super) type GameSteps = [(u16, u16, u16); DIRS];
 
 /// The [`GameSteps`] of every square of `board`, by pull or by push.
-fn game_steps(board: &Board, forward: bool) -> Vec<GameSteps> {
+pub(super) fn game_steps(board: &Board, forward: bool) -> Vec<GameSteps> {
     (0..board.floor_count() as u16)
         .map(|z| std::array::from_fn(|dir| game_step(board, z, dir, forward).unwrap_or((NONE, NONE, NONE))))
         .collect()

@@ -39,7 +39,7 @@
 
 use super::board::{Board, DIRS, NONE};
 use super::bounds::{PushDistances, UNREACHABLE};
-use super::pairs::{game_step, PairPenalties};
+use super::pairs::{game_steps, GameSteps, PairPenalties};
 
 /// Largest board (floor squares) the tables are built for: the games index
 /// their states by three squares and a region.
@@ -309,6 +309,7 @@ impl<'a> Games<'a> {
         // is dead for it (on no solution forward, never reached from the
         // start backward)
         let mut least = vec![[DEAD; REGIONS]; self.at.len()];
+        let steps = game_steps(board, forward);
         for t1 in 0..n {
             for t2 in t1 + 1..n {
                 for t3 in t2 + 1..n {
@@ -334,7 +335,7 @@ impl<'a> Games<'a> {
                         self.depth[index(a, b, c) * REGIONS + r as usize] = 0;
                         self.queue.push((a, b, c, r));
                     }
-                    self.game(forward)?;
+                    self.game(&steps)?;
                     let ts = [t1, t2, t3];
                     for &(a, b, c, r) in &self.queue {
                         let d = self.depth[index(a, b, c) * REGIONS + r as usize] as u32;
@@ -390,11 +391,10 @@ impl<'a> Games<'a> {
         Ok(side)
     }
 
-    /// Breadth-first search of the 3-box game from the queued states: by
-    /// pulls (`forward` tables: distances to the seeds) or by pushes
-    /// (distances from them).
-    fn game(&mut self, forward: bool) -> Result<(), Skipped> {
-        let board = self.board;
+    /// Breadth-first search of the 3-box game from the queued states with
+    /// the moves `steps`: by pulls (`forward` tables: distances to the
+    /// seeds) or by pushes (distances from them).
+    fn game(&mut self, steps: &[GameSteps]) -> Result<(), Skipped> {
         let mut head = 0;
         while head < self.queue.len() {
             let (a, b, c, r) = self.queue[head];
@@ -408,8 +408,10 @@ impl<'a> Games<'a> {
             let boxes = [a, b, c];
             for which in 0..3 {
                 let z = boxes[which];
-                for dir in 0..DIRS {
-                    let Some((player_at, box_to, player_to)) = game_step(board, z, dir, forward) else { continue };
+                for &(player_at, box_to, player_to) in &steps[z as usize] {
+                    if player_at == NONE {
+                        continue;
+                    }
                     if boxes.contains(&box_to) || (player_to != z && boxes.contains(&player_to)) {
                         continue;
                     }
