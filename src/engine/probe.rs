@@ -63,7 +63,7 @@ use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 /// States expanded together, on every thread; fixed, so that the order of
@@ -154,6 +154,69 @@ struct Found<K> {
     parent: u32,
     /// The parent's order (its `d + h`, at least its own parent's).
     parent_f: u32,
+    /// What the index held of it before the batch (see [`Known::seen`]).
+    seen: u32,
+}
+
+/// [`Found::seen`]: not in the index.
+const SEEN_NEW: u32 = u32::MAX;
+
+/// [`Found::seen`]: in the index at no greater depth, so the merge has
+/// nothing to do with it (a node's depth only falls).
+const SEEN_HELD: u32 = u32::MAX - 1;
+
+/// The probe's states and their index, read by every thread while a batch
+/// expands (each successor looked up there, so that the merge, which runs
+/// on one thread, is spared the lookups of the states it already holds:
+/// half to two thirds of them) and written by the merge alone.
+#[derive(Default)]
+struct Known<K> {
+    nodes: Vec<Node<K>>,
+    index: FxHashMap<K, u32>,
+}
+
+impl<K: StateKey> Known<K> {
+    /// What the index says of `key` found at `depth`: [`SEEN_NEW`],
+    /// [`SEEN_HELD`], or the node that holds it at a greater depth.
+    fn seen(&self, key: &K, depth: u32) -> u32 {
+        match self.index.get(key) {
+            None => SEEN_NEW,
+            Some(&id) if self.nodes[id as usize].depth <= depth => SEEN_HELD,
+            Some(&id) => id,
+        }
+    }
+
+    /// Takes in `found`, a successor reached at `depth` (its parent's
+    /// plus one), and opens it if it is new or found by a shorter path;
+    /// true if it was found by a shorter path (reopened).
+    fn store(&mut self, open: &mut Open, found: &Found<K>, depth: u32) -> bool {
+        // a state's order is at least its parent's (the parent's bound less
+        // one is a bound of the child too)
+        let f = (depth + found.h).max(found.parent_f);
+        // held before the batch: nothing to do, or a node whose depth may
+        // fall; else looked up (the batch itself may have stored it)
+        let id = match found.seen {
+            SEEN_HELD => return false,
+            SEEN_NEW => match self.index.entry(found.key) {
+                Entry::Vacant(v) => {
+                    let id = self.nodes.len() as u32;
+                    v.insert(id);
+                    self.nodes.push(Node { key: found.key, parent: found.parent, depth, push: found.push });
+                    open.push(depth, f, id);
+                    return false;
+                }
+                Entry::Occupied(o) => *o.get(),
+            },
+            id => id,
+        };
+        let node = &mut self.nodes[id as usize];
+        if depth >= node.depth {
+            return false;
+        }
+        (node.depth, node.parent, node.push) = (depth, found.parent, found.push);
+        open.push(depth, f, id);
+        true
+    }
 }
 
 /// The open states, taken in the order of their remaining bound `f - d`
@@ -194,8 +257,8 @@ impl Open {
 /// driver can run it in parts between the layered search's steps and each
 /// part goes on where the last stopped.
 pub struct Probe<K> {
-    nodes: Vec<Node<K>>,
-    index: FxHashMap<K, u32>,
+    /// Taken out while a run's threads share it, put back after.
+    known: RwLock<Known<K>>,
     open: Open,
     scratch: Vec<(Scratch, Excess)>,
     /// Per thread, the successors of the batch's states it claimed, and
@@ -221,8 +284,7 @@ impl<K: StateKey> Probe<K> {
         let board = &problem.board;
         let threads = rayon::current_num_threads().max(1);
         let mut p = Probe {
-            nodes: Vec::new(),
-            index: FxHashMap::default(),
+            known: RwLock::default(),
             open: Open { queue: BTreeMap::new(), depth: 0 },
             scratch: (0..threads).map(|_| (Scratch::new(board), [0; EXCESS_BINS])).collect(),
             outs: (0..threads).map(|_| Default::default()).collect(),
@@ -232,23 +294,24 @@ impl<K: StateKey> Probe<K> {
             started: Instant::now(),
         };
         let mut boxes = Vec::new();
+        let known = p.known.get_mut().unwrap_or_else(|e| e.into_inner());
         for &key in starts {
             let player = problem.decode(&key, &mut boxes);
             if boxes.iter().all(|&b| board.is_goal[b as usize]) {
                 p.over = Some(ProbeEnd::Found(Vec::new()));
                 return Ok(p);
             }
-            if p.index.contains_key(&key) {
+            if known.index.contains_key(&key) {
                 continue;
             }
             let h = bound.lower.estimate(Side::Forward, &boxes, player, bound.limit);
             if h > bound.limit {
                 continue;
             }
-            let id = p.nodes.len() as u32;
-            p.index.insert(key, id);
+            let id = known.nodes.len() as u32;
+            known.index.insert(key, id);
             p.open.push(0, h, id);
-            p.nodes.push(Node { key, parent: ROOT, depth: 0, push: BoxMove { from: 0, dir: 0 } });
+            known.nodes.push(Node { key, parent: ROOT, depth: 0, push: BoxMove { from: 0, dir: 0 } });
         }
         Ok(p)
     }
@@ -286,8 +349,11 @@ impl<K: StateKey> Probe<K> {
             return Ok(end.clone());
         }
         let helpers: Vec<(Scratch, Excess)> = self.scratch.drain(1..).collect();
+        let known = std::mem::take(&mut self.known);
         if helpers.is_empty() {
-            return self.run_with(problem, budget, cancel, progress, layers, (&[], &AtomicUsize::new(0)));
+            let end = self.run_with(problem, budget, cancel, progress, layers, (&[], &AtomicUsize::new(0), &known));
+            self.known = known;
+            return end;
         }
         let shares: Vec<Share<K>> = helpers.iter().map(|_| Share::default()).collect();
         let claim = AtomicUsize::new(0);
@@ -296,13 +362,13 @@ impl<K: StateKey> Probe<K> {
             // of the spawns failing among them: those already started would
             // wait for a batch, and the scope for them, forever)
             let stop = Finish(&shares);
-            let claim = &claim;
+            let (claim, known) = (&claim, &known);
             let handles: Vec<_> = helpers
                 .into_iter()
                 .zip(&shares)
-                .map(|(sc, share)| s.spawn(move || share.serve(problem, claim, sc)))
+                .map(|(sc, share)| s.spawn(move || share.serve(problem, (claim, known), sc)))
                 .collect();
-            let end = self.run_with(problem, budget, cancel, progress, layers, (&shares, claim));
+            let end = self.run_with(problem, budget, cancel, progress, layers, (&shares, claim, known));
             drop(stop);
             // a helper's panic is passed on as it was (the run above then
             // ended with an error, not a panic of its own)
@@ -313,6 +379,7 @@ impl<K: StateKey> Probe<K> {
             (end, back)
         });
         self.scratch.extend(back);
+        self.known = known;
         end
     }
 
@@ -327,7 +394,7 @@ impl<K: StateKey> Probe<K> {
         cancel: &AtomicBool,
         progress: &dyn Progress,
         mut layers: Option<&mut dyn LayerBackend<K>>,
-        (shares, claim): Helpers<'_, K>,
+        (shares, claim, known): Helpers<'_, K>,
     ) -> Result<ProbeEnd, EngineError> {
         let limit = problem.bound.as_ref().map(|b| b.limit);
         let (mut taken, mut batch) = (Vec::new(), Vec::new());
@@ -336,14 +403,15 @@ impl<K: StateKey> Probe<K> {
             if cancel.load(Ordering::Relaxed) {
                 return Ok(ProbeEnd::Cancelled);
             }
-            if self.nodes.len() as u64 >= budget.stored || self.stats.generated >= budget.generated {
+            let stored = read(known).nodes.len() as u64;
+            if stored >= budget.stored || self.stats.generated >= budget.generated {
                 return Ok(ProbeEnd::Budget);
             }
             if self.stats.expanded >= next_report {
                 next_report = self.stats.expanded + REPORT_EVERY;
                 progress.probe_step(&ProbeEvent {
                     bound: limit,
-                    stored: self.nodes.len() as u64,
+                    stored,
                     generated: self.stats.generated,
                     depth: self.open.depth,
                     seconds: self.started.elapsed().as_secs_f64(),
@@ -351,12 +419,13 @@ impl<K: StateKey> Probe<K> {
             }
             // the batch: the first open states that still hold their depth
             batch.clear();
+            let held = read(known);
             while batch.is_empty() {
                 self.open.take(BATCH, &mut taken);
                 if taken.is_empty() {
                     break;
                 }
-                let nodes = &self.nodes;
+                let nodes = &held.nodes;
                 batch.extend(
                     taken
                         .iter()
@@ -364,6 +433,7 @@ impl<K: StateKey> Probe<K> {
                         .map(|&(n, d, f)| (n, d, f, nodes[n as usize].key)),
                 );
             }
+            drop(held);
             if batch.is_empty() {
                 break ProbeEnd::Exhausted;
             }
@@ -374,7 +444,7 @@ impl<K: StateKey> Probe<K> {
             let posted: Vec<u64> = shares.iter().map(|share| share.post(&batch)).collect();
             let (sc, excess) = &mut self.scratch[0];
             let (out, spans) = &mut self.outs[0];
-            expand_claimed(problem, &batch, claim, sc, excess, out, spans);
+            expand_claimed(problem, &batch, (claim, &read(known)), sc, excess, out, spans);
             for (i, (share, seq)) in shares.iter().zip(posted).enumerate() {
                 if !share.collect(seq, &mut self.outs[i + 1]) {
                     // it panicked: `run` passes its panic on
@@ -389,7 +459,7 @@ impl<K: StateKey> Probe<K> {
                 _ => None,
             };
             // merged in batch order: the same order whatever the thread count
-            match self.merge(perimeter.as_ref()) {
+            match self.merge(&mut write(known), perimeter.as_ref()) {
                 Some((pushes, None)) => break ProbeEnd::Found(pushes),
                 Some((mut pushes, Some((key, j)))) => {
                     let Some(backend) = layers.as_deref_mut() else {
@@ -434,9 +504,14 @@ impl<K: StateKey> Probe<K> {
     /// found in the backward layer `perimeter` names, with that successor
     /// and layer (the successors beside it there are dropped).
     #[allow(clippy::type_complexity)]
-    fn merge(&mut self, perimeter: Option<&Vec<Gate>>) -> Option<(Vec<BoxMove>, Option<(K, usize)>)> {
-        let (nodes, index, open, stats) = (&mut self.nodes, &mut self.index, &mut self.open, &mut self.stats);
+    fn merge(
+        &mut self,
+        known: &mut Known<K>,
+        perimeter: Option<&Vec<Gate>>,
+    ) -> Option<(Vec<BoxMove>, Option<(K, usize)>)> {
+        let (open, stats) = (&mut self.open, &mut self.stats);
         for (i, found) in self.found.drain(..).enumerate() {
+            let nodes = &known.nodes;
             stats.generated += 1;
             let depth = nodes[found.parent as usize].depth + 1;
             if found.h == 0 {
@@ -451,25 +526,8 @@ impl<K: StateKey> Probe<K> {
                     continue;
                 }
             }
-            // a state's order is at least its parent's (the parent's bound less
-            // one is a bound of the child too)
-            let f = (depth + found.h).max(found.parent_f);
-            match index.entry(found.key) {
-                Entry::Vacant(v) => {
-                    let id = nodes.len() as u32;
-                    v.insert(id);
-                    nodes.push(Node { key: found.key, parent: found.parent, depth, push: found.push });
-                    open.push(depth, f, id);
-                }
-                Entry::Occupied(o) => {
-                    let id = *o.get();
-                    let node = &mut nodes[id as usize];
-                    if depth < node.depth {
-                        (node.depth, node.parent, node.push) = (depth, found.parent, found.push);
-                        stats.reopened += 1;
-                        open.push(depth, f, id);
-                    }
-                }
+            if known.store(open, &found, depth) {
+                stats.reopened += 1;
             }
         }
         None
@@ -479,7 +537,8 @@ impl<K: StateKey> Probe<K> {
     /// estimated.
     pub fn stats(&self) -> ProbeStats {
         let mut stats = self.stats;
-        stats.stored = self.nodes.len() as u64;
+        let known = read(&self.known);
+        stats.stored = known.nodes.len() as u64;
         for (_, excess) in &self.scratch {
             stats.excess.iter_mut().zip(excess).for_each(|(a, b)| *a += b);
         }
@@ -487,8 +546,8 @@ impl<K: StateKey> Probe<K> {
         // the index's capacity is 7/8 of its buckets, every one of them
         // written; the nodes' spare capacity is not (a large allocation grows
         // by remapping, and pages never written take no memory)
-        let buckets = self.index.capacity() as u64 * 8 / 7;
-        stats.memory_bytes = (self.nodes.len() * size_of::<Node<K>>()) as u64
+        let buckets = known.index.capacity() as u64 * 8 / 7;
+        stats.memory_bytes = (known.nodes.len() * size_of::<Node<K>>()) as u64
             + buckets * index_slot_bytes::<K>()
             + (open * size_of::<u32>()) as u64;
         stats
@@ -524,7 +583,7 @@ type Spans = Vec<(u32, u32, u32)>;
 fn expand_claimed<K: StateKey>(
     problem: &Problem<K>,
     states: &[Taken<K>],
-    claim: &AtomicUsize,
+    (claim, known): (&AtomicUsize, &Known<K>),
     sc: &mut Scratch,
     excess: &mut Excess,
     out: &mut Vec<Found<K>>,
@@ -537,7 +596,8 @@ fn expand_claimed<K: StateKey>(
         let Some(&(node, depth, parent_f, key)) = states.get(i) else { return };
         let from = out.len() as u32;
         problem.expand_scored(Side::Forward, &key, sc, depth + 1, excess, |key, push, h| {
-            out.push(Found { key, push, h, parent: node, parent_f })
+            let seen = known.seen(&key, depth + 1);
+            out.push(Found { key, push, h, parent: node, parent_f, seen })
         });
         spans.push((i as u32, from, out.len() as u32));
     }
@@ -559,9 +619,21 @@ fn in_batch_order<K: Copy>(outs: &[(Vec<Found<K>>, Spans)], states: usize, found
     }
 }
 
-/// The helper threads of a run and the counter every thread claims a
-/// batch's states from.
-type Helpers<'a, K> = (&'a [Share<K>], &'a AtomicUsize);
+/// The helper threads of a run, the counter every thread claims a batch's
+/// states from, and the probe's states, which every thread reads while a
+/// batch expands.
+type Helpers<'a, K> = (&'a [Share<K>], &'a AtomicUsize, &'a RwLock<Known<K>>);
+
+/// The probe's states to read (a panic on another thread poisons nothing
+/// that matters: the run passes the panic on).
+fn read<K>(known: &RwLock<Known<K>>) -> std::sync::RwLockReadGuard<'_, Known<K>> {
+    known.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The probe's states to write: only between batches, when no helper reads.
+fn write<K>(known: &RwLock<Known<K>>) -> std::sync::RwLockWriteGuard<'_, Known<K>> {
+    known.write().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A helper's batch, and its successors with their spans.
 type Job<K> = (Vec<Taken<K>>, (Vec<Found<K>>, Spans));
@@ -670,7 +742,7 @@ impl<K: StateKey> Share<K> {
     fn serve(
         &self,
         problem: &Problem<K>,
-        claim: &AtomicUsize,
+        (claim, known): (&AtomicUsize, &RwLock<Known<K>>),
         (mut sc, mut excess): (Scratch, Excess),
     ) -> (Scratch, Excess) {
         let _stop = Finish(std::slice::from_ref(self));
@@ -685,7 +757,8 @@ impl<K: StateKey> Share<K> {
             {
                 let mut job = self.job();
                 let (states, (out, spans)) = &mut *job;
-                expand_claimed(problem, states, claim, &mut sc, &mut excess, out, spans);
+                // the read ends before the batch is done: the merge writes
+                expand_claimed(problem, states, (claim, &read(known)), &mut sc, &mut excess, out, spans);
                 self.done.store(seen, Ordering::Release);
             }
             self.changed.notify_all();
@@ -749,7 +822,7 @@ mod tests {
         /// claim order on each), the successors come back in batch order.
         #[test]
         fn successors_come_back_in_batch_order(claims in proptest::collection::vec((0usize..3, 0u32..5), 0..40)) {
-            let found = |state: u32, j: u32| Found { key: 0u64, push: BoxMove { from: 0, dir: 0 }, h: j, parent: state, parent_f: 0 };
+            let found = |state: u32, j: u32| Found { key: 0u64, push: BoxMove { from: 0, dir: 0 }, h: j, parent: state, parent_f: 0, seen: SEEN_NEW };
             let mut outs: Vec<(Vec<Found<u64>>, Spans)> = (0..3).map(|_| Default::default()).collect();
             for (state, &(thread, successors)) in claims.iter().enumerate() {
                 let (out, spans) = &mut outs[thread];
@@ -761,6 +834,42 @@ mod tests {
             in_batch_order(&outs, claims.len(), &mut got);
             let want: Vec<(u32, u32)> = claims.iter().enumerate().flat_map(|(state, &(_, n))| (0..n).map(move |j| (state as u32, j))).collect();
             prop_assert_eq!(got.iter().map(|f| (f.parent, f.h)).collect::<Vec<_>>(), want);
+        }
+
+        /// Successors looked up in the index while their batch expands
+        /// (`seen`) are taken in exactly as if the merge looked each one up
+        /// itself: the same nodes, depths, parents, index and open lists.
+        /// Each batch's successors share a depth, as a batch's states do;
+        /// the depths of batches go up and down as the probe's order does.
+        #[test]
+        fn successors_looked_up_while_expanding_are_stored_as_if_looked_up_in_the_merge(
+            batches in proptest::collection::vec((1u32..12, proptest::collection::vec((0u64..40, 0u32..6), 0..20)), 1..30),
+        ) {
+            let start = || {
+                let mut known = Known::<u64>::default();
+                known.index.insert(1000, 0);
+                known.nodes.push(Node { key: 1000, parent: ROOT, depth: 0, push: BoxMove { from: 0, dir: 0 } });
+                (known, Open { queue: BTreeMap::new(), depth: 0 }, 0u32)
+            };
+            let (mut a, mut b) = (start(), start());
+            for (depth, successors) in &batches {
+                let found: Vec<Found<u64>> = successors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(key, h))| Found { key, push: BoxMove { from: i as u16, dir: 0 }, h, parent: 0, parent_f: depth - 1, seen: SEEN_NEW })
+                    .collect();
+                // looked up before any of the batch is stored, as the threads do
+                let seen: Vec<u32> = found.iter().map(|f| b.0.seen(&f.key, *depth)).collect();
+                for (f, seen) in found.iter().zip(seen) {
+                    a.2 += a.0.store(&mut a.1, f, *depth) as u32;
+                    b.2 += b.0.store(&mut b.1, &Found { seen, ..*f }, *depth) as u32;
+                }
+            }
+            let nodes = |k: &Known<u64>| k.nodes.iter().map(|n| (n.key, n.parent, n.depth, n.push.from)).collect::<Vec<_>>();
+            prop_assert_eq!(nodes(&a.0), nodes(&b.0));
+            prop_assert_eq!(&a.0.index, &b.0.index);
+            prop_assert_eq!(&a.1.queue, &b.1.queue);
+            prop_assert_eq!(a.2, b.2);
         }
     }
 }
