@@ -1222,8 +1222,8 @@ fn next_divisor(divisor: u64, probe_decided: bool) -> u64 {
 /// iteration smaller than that is over before a probe could pay.
 pub const PROBE_AFTER: u64 = 1 << 16;
 
-/// The largest budget of a probe by default, in states: up to 2.2 GiB with
-/// `u64` keys and 3.6 GiB with `u128` ones ([`probe::state_bytes`] each).
+/// The largest budget of a probe by default, in states: up to 1.7 GiB with
+/// `u64` keys and 1.9 GiB with `u128` ones ([`probe::state_bytes`] each).
 pub const PROBE_MAX: u64 = 1 << 25;
 
 /// The share of a memory budget a probe's states may take (the layers get

@@ -59,9 +59,10 @@ use super::search::{LayerBackend, NoProgress, ProbeEvent, Progress};
 use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
 use crate::model::rules::{BoxMove, Scratch};
-use rustc_hash::FxHashMap;
-use std::collections::hash_map::Entry;
+use hashbrown::hash_table::{Entry, HashTable};
+use rustc_hash::FxBuildHasher;
 use std::collections::BTreeMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
@@ -172,17 +173,69 @@ const SEEN_HELD: u32 = u32::MAX - 1;
 #[derive(Default)]
 struct Known<K> {
     nodes: Vec<Node<K>>,
-    index: FxHashMap<K, u32>,
+    index: Index,
+}
+
+/// The probe's index: each state's node number, found by its key, which
+/// only the node holds. A slot is the number and 32 bits of the key's hash,
+/// 8 bytes, where a map from keys held the key and the number, padded (16
+/// bytes with `u64` keys, 32 with `u128`); the bits let the table grow
+/// without reading a node, and a lookup reads a node only where they match.
+#[derive(Default)]
+struct Index(HashTable<(u32, u32)>);
+
+/// 32 bits of `key`'s hash, from both halves of the 64.
+fn hash_bits<K: StateKey>(key: &K) -> u32 {
+    let h = FxBuildHasher.hash_one(key);
+    (h ^ (h >> 32)) as u32
+}
+
+/// The table's hash of a slot's bits: multiplied out, so that both the low
+/// bits (the bucket) and the top ones (the control tag) depend on them.
+fn spread(bits: u32) -> u64 {
+    (bits as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+impl Index {
+    /// The node of `key`, if it has one.
+    fn find<K: StateKey>(&self, nodes: &[Node<K>], key: &K) -> Option<u32> {
+        let bits = hash_bits(key);
+        let same = |&(id, b): &(u32, u32)| b == bits && nodes[id as usize].key == *key;
+        self.0.find(spread(bits), same).map(|&(id, _)| id)
+    }
+
+    /// Gives `key` the node `id` (the next one, pushed by the caller) if it
+    /// has none: `Err` with the node it has.
+    fn insert<K: StateKey>(&mut self, nodes: &[Node<K>], key: &K, id: u32) -> Result<(), u32> {
+        let bits = hash_bits(key);
+        let same = |&(i, b): &(u32, u32)| b == bits && nodes[i as usize].key == *key;
+        match self.0.entry(spread(bits), same, |&(_, b)| spread(b)) {
+            Entry::Occupied(o) => Err(o.get().0),
+            Entry::Vacant(v) => {
+                v.insert((id, bits));
+                Ok(())
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
 }
 
 impl<K: StateKey> Known<K> {
     /// What the index says of `key` found at `depth`: [`SEEN_NEW`],
     /// [`SEEN_HELD`], or the node that holds it at a greater depth.
     fn seen(&self, key: &K, depth: u32) -> u32 {
-        match self.index.get(key) {
+        match self.index.find(&self.nodes, key) {
             None => SEEN_NEW,
-            Some(&id) if self.nodes[id as usize].depth <= depth => SEEN_HELD,
-            Some(&id) => id,
+            Some(id) if self.nodes[id as usize].depth <= depth => SEEN_HELD,
+            Some(id) => id,
         }
     }
 
@@ -197,16 +250,17 @@ impl<K: StateKey> Known<K> {
         // fall; else looked up (the batch itself may have stored it)
         let id = match found.seen {
             SEEN_HELD => return false,
-            SEEN_NEW => match self.index.entry(found.key) {
-                Entry::Vacant(v) => {
-                    let id = self.nodes.len() as u32;
-                    v.insert(id);
-                    self.nodes.push(Node { key: found.key, parent: found.parent, depth, push: found.push });
-                    open.push(depth, f, id);
-                    return false;
+            SEEN_NEW => {
+                let id = self.nodes.len() as u32;
+                match self.index.insert(&self.nodes, &found.key, id) {
+                    Ok(()) => {
+                        self.nodes.push(Node { key: found.key, parent: found.parent, depth, push: found.push });
+                        open.push(depth, f, id);
+                        return false;
+                    }
+                    Err(held) => held,
                 }
-                Entry::Occupied(o) => *o.get(),
-            },
+            }
             id => id,
         };
         let node = &mut self.nodes[id as usize];
@@ -301,7 +355,7 @@ impl<K: StateKey> Probe<K> {
                 p.over = Some(ProbeEnd::Found(Vec::new()));
                 return Ok(p);
             }
-            if known.index.contains_key(&key) {
+            if known.index.find(&known.nodes, &key).is_some() {
                 continue;
             }
             let h = bound.lower.estimate(Side::Forward, &boxes, player, bound.limit);
@@ -309,7 +363,8 @@ impl<K: StateKey> Probe<K> {
                 continue;
             }
             let id = known.nodes.len() as u32;
-            known.index.insert(key, id);
+            // not held: looked up just above
+            let _ = known.index.insert(&known.nodes, &key, id);
             p.open.push(0, h, id);
             known.nodes.push(Node { key, parent: ROOT, depth: 0, push: BoxMove { from: 0, dir: 0 } });
         }
@@ -548,27 +603,26 @@ impl<K: StateKey> Probe<K> {
         // by remapping, and pages never written take no memory)
         let buckets = known.index.capacity() as u64 * 8 / 7;
         stats.memory_bytes = (known.nodes.len() * size_of::<Node<K>>()) as u64
-            + buckets * index_slot_bytes::<K>()
+            + buckets * INDEX_SLOT_BYTES
             + (open * size_of::<u32>()) as u64;
         stats
     }
 }
 
-/// One bucket of the probe's index: the key and node number, laid out as a
-/// tuple (a `u128` key pads it to 32 bytes), and the hash table's control byte.
-const fn index_slot_bytes<K>() -> u64 {
-    (size_of::<(K, u32)>() + 1) as u64
-}
+/// One bucket of the probe's index ([`Index`]): the node number and the
+/// hash's bits, and the hash table's control byte, whatever the key.
+const INDEX_SLOT_BYTES: u64 = (size_of::<(u32, u32)>() + 1) as u64;
 
 /// What one state of a probe takes in memory at most, about: its node, its
 /// share of the index just after the index grew (a hash table is then 7/16
 /// full: 16/7 buckets per state), and two entries of the open lists (a
 /// state found again by a shorter path is queued again). A probe whose
 /// states may take `bytes` stores at most `bytes / state_bytes::<K>()`.
-/// 70 bytes for `u64` keys, 115 for `u128`; measured, a probe on XSokoban
-/// #4 (`u128`) took about 108 bytes per state (`docs/benchmarks.md`).
+/// 52 bytes for `u64` keys, 60 for `u128` (70 and 115 while the index held
+/// the keys; measured then, a probe on XSokoban #4, `u128`, took about 108
+/// bytes per state in RSS: `docs/benchmarks.md`).
 pub const fn state_bytes<K>() -> u64 {
-    size_of::<Node<K>>() as u64 + index_slot_bytes::<K>() * 16 / 7 + 2 * size_of::<u32>() as u64
+    size_of::<Node<K>>() as u64 + INDEX_SLOT_BYTES * 16 / 7 + 2 * size_of::<u32>() as u64
 }
 
 /// A batch's states, as (node, depth, parent's order, key).
@@ -836,6 +890,35 @@ mod tests {
             prop_assert_eq!(got.iter().map(|f| (f.parent, f.h)).collect::<Vec<_>>(), want);
         }
 
+        /// The index finds every key under the node it was given, and gives
+        /// a key held already its node back instead of taking a new one,
+        /// as a map from keys to node numbers does; through the table's
+        /// growth, with keys near each other (so sharing many bits) and far.
+        #[test]
+        fn the_index_finds_each_key_under_its_node_as_a_map_does(
+            keys in proptest::collection::vec(prop_oneof![0u128..3000, any::<u128>()], 0..3000),
+        ) {
+            let mut known = Known::<u128>::default();
+            let mut model = std::collections::HashMap::new();
+            for key in keys {
+                let id = known.nodes.len() as u32;
+                let got = known.index.insert(&known.nodes, &key, id);
+                match model.get(&key) {
+                    Some(&held) => prop_assert_eq!(got, Err(held)),
+                    None => {
+                        prop_assert_eq!(got, Ok(()));
+                        model.insert(key, id);
+                        known.nodes.push(Node { key, parent: ROOT, depth: 0, push: BoxMove { from: 0, dir: 0 } });
+                    }
+                }
+            }
+            prop_assert_eq!(known.index.len(), model.len());
+            for (key, id) in &model {
+                prop_assert_eq!(known.index.find(&known.nodes, key), Some(*id));
+            }
+            prop_assert_eq!(known.index.find(&known.nodes, &u128::MAX.wrapping_sub(7)), model.get(&u128::MAX.wrapping_sub(7)).copied());
+        }
+
         /// Successors looked up in the index while their batch expands
         /// (`seen`) are taken in exactly as if the merge looked each one up
         /// itself: the same nodes, depths, parents, index and open lists.
@@ -847,8 +930,8 @@ mod tests {
         ) {
             let start = || {
                 let mut known = Known::<u64>::default();
-                known.index.insert(1000, 0);
                 known.nodes.push(Node { key: 1000, parent: ROOT, depth: 0, push: BoxMove { from: 0, dir: 0 } });
+                assert_eq!(known.index.insert(&known.nodes, &1000, 0), Ok(()));
                 (known, Open { queue: BTreeMap::new(), depth: 0 }, 0u32)
             };
             let (mut a, mut b) = (start(), start());
@@ -867,7 +950,13 @@ mod tests {
             }
             let nodes = |k: &Known<u64>| k.nodes.iter().map(|n| (n.key, n.parent, n.depth, n.push.from)).collect::<Vec<_>>();
             prop_assert_eq!(nodes(&a.0), nodes(&b.0));
-            prop_assert_eq!(&a.0.index, &b.0.index);
+            // every node found under its key, and nothing else held
+            for k in [&a.0, &b.0] {
+                prop_assert_eq!(k.index.len(), k.nodes.len());
+                for (id, n) in k.nodes.iter().enumerate() {
+                    prop_assert_eq!(k.index.find(&k.nodes, &n.key), Some(id as u32));
+                }
+            }
             prop_assert_eq!(&a.1.queue, &b.1.queue);
             prop_assert_eq!(a.2, b.2);
         }
