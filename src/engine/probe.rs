@@ -169,7 +169,8 @@ const SEEN_HELD: u32 = u32::MAX - 1;
 /// The probe's states and their index, read by every thread while a batch
 /// expands (each successor looked up there, so that the merge, which runs
 /// on one thread, is spared the lookups of the states it already holds:
-/// half to two thirds of them) and written by the merge alone.
+/// half to two thirds of them) and written only between batches, by the
+/// merge.
 #[derive(Default)]
 struct Known<K> {
     nodes: Vec<Node<K>>,
@@ -196,20 +197,24 @@ fn spread(bits: u32) -> u64 {
     (bits as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// Whether a slot is `key`'s, whose hash's bits are `bits`: its bits first,
+/// its node's key only where they match.
+fn holds<'a, K: StateKey>(nodes: &'a [Node<K>], key: &'a K, bits: u32) -> impl Fn(&(u32, u32)) -> bool + 'a {
+    move |&(id, b)| b == bits && nodes[id as usize].key == *key
+}
+
 impl Index {
     /// The node of `key`, if it has one.
     fn find<K: StateKey>(&self, nodes: &[Node<K>], key: &K) -> Option<u32> {
         let bits = hash_bits(key);
-        let same = |&(id, b): &(u32, u32)| b == bits && nodes[id as usize].key == *key;
-        self.0.find(spread(bits), same).map(|&(id, _)| id)
+        self.0.find(spread(bits), holds(nodes, key, bits)).map(|&(id, _)| id)
     }
 
     /// Gives `key` the node `id` (the next one, pushed by the caller) if it
     /// has none: `Err` with the node it has.
     fn insert<K: StateKey>(&mut self, nodes: &[Node<K>], key: &K, id: u32) -> Result<(), u32> {
         let bits = hash_bits(key);
-        let same = |&(i, b): &(u32, u32)| b == bits && nodes[i as usize].key == *key;
-        match self.0.entry(spread(bits), same, |&(_, b)| spread(b)) {
+        match self.0.entry(spread(bits), holds(nodes, key, bits), |&(_, b)| spread(b)) {
             Entry::Occupied(o) => Err(o.get().0),
             Entry::Vacant(v) => {
                 v.insert((id, bits));
@@ -355,16 +360,12 @@ impl<K: StateKey> Probe<K> {
                 p.over = Some(ProbeEnd::Found(Vec::new()));
                 return Ok(p);
             }
-            if known.index.find(&known.nodes, &key).is_some() {
-                continue;
-            }
             let h = bound.lower.estimate(Side::Forward, &boxes, player, bound.limit);
-            if h > bound.limit {
+            let id = known.nodes.len() as u32;
+            // a start given twice is taken once
+            if h > bound.limit || known.index.insert(&known.nodes, &key, id).is_err() {
                 continue;
             }
-            let id = known.nodes.len() as u32;
-            // not held: looked up just above
-            let _ = known.index.insert(&known.nodes, &key, id);
             p.open.push(0, h, id);
             known.nodes.push(Node { key, parent: ROOT, depth: 0, push: BoxMove { from: 0, dir: 0 } });
         }
@@ -458,7 +459,8 @@ impl<K: StateKey> Probe<K> {
             if cancel.load(Ordering::Relaxed) {
                 return Ok(ProbeEnd::Cancelled);
             }
-            let stored = read(known).nodes.len() as u64;
+            let held = read(known);
+            let stored = held.nodes.len() as u64;
             if stored >= budget.stored || self.stats.generated >= budget.generated {
                 return Ok(ProbeEnd::Budget);
             }
@@ -474,7 +476,6 @@ impl<K: StateKey> Probe<K> {
             }
             // the batch: the first open states that still hold their depth
             batch.clear();
-            let held = read(known);
             while batch.is_empty() {
                 self.open.take(BATCH, &mut taken);
                 if taken.is_empty() {
