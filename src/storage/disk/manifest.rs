@@ -1,11 +1,13 @@
 //! The durable store's manifest: how many layers of each side are sealed, which
-//! partitions the store holds, and its tag; written after each seal.
+//! partitions the store holds, its tag, and which of the held partitions'
+//! sealed layers have a shard file (an empty layer has none); written after
+//! each seal.
 
 use super::*;
 
 pub(super) const MANIFEST_MAGIC: [u8; 8] = *b"SKMANIF\0";
 /// Manifest version written and accepted.
-pub const MANIFEST_VERSION: u32 = 2;
+pub const MANIFEST_VERSION: u32 = 3;
 /// Bytes of a manifest before its list of held partitions.
 pub(super) const MANIFEST_HEAD: usize = 40;
 /// Name of the manifest file inside a durable store's directory.
@@ -18,6 +20,52 @@ pub struct Manifest {
     pub tag: u64,
     /// The partitions the store holds, increasing.
     pub held: Vec<usize>,
+    /// Per side, which sealed layers of the held partitions have a file:
+    /// bit `layer * held.len() + i` (least significant first) for the `i`th
+    /// held partition; a clear bit is an empty layer.
+    pub files: [Bits; 2],
+}
+
+/// A growable bit set, packed least significant bit first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bits {
+    bytes: Vec<u8>,
+    len: usize,
+}
+
+impl Bits {
+    pub fn push(&mut self, bit: bool) {
+        if self.len % 8 == 0 {
+            self.bytes.push(0);
+        }
+        if bit {
+            self.bytes[self.len / 8] |= 1 << (self.len % 8);
+        }
+        self.len += 1;
+    }
+
+    pub fn get(&self, i: usize) -> bool {
+        i < self.len && self.bytes[i / 8] & (1 << (i % 8)) != 0
+    }
+
+    /// Keeps the first `len` bits.
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        self.len = len;
+        self.bytes.truncate(len.div_ceil(8));
+        if len % 8 != 0 {
+            let last = self.bytes.len() - 1;
+            self.bytes[last] &= (1u8 << (len % 8)) - 1;
+        }
+    }
+
+    fn from_bytes(bytes: &[u8], len: usize) -> Bits {
+        let mut b = Bits { bytes: bytes.to_vec(), len: bytes.len() * 8 };
+        b.truncate(len);
+        b
+    }
 }
 
 pub(super) fn le_u32(b: &[u8], at: usize) -> u32 {
@@ -52,15 +100,24 @@ pub fn read_manifest(path: &Path, limbs: usize) -> Result<Manifest, StorageError
         return Err(bad(format!("version {version} is not supported (this build reads version {MANIFEST_VERSION})")));
     }
     let held_len = le_u32(&b, 28) as usize;
-    let len = MANIFEST_HEAD + 4 * held_len + 8;
     if held_len > 1 << 16 {
         return Err(bad(format!("{held_len} held partitions is more than a store has")));
     }
+    let sealed = [le_u32(&b, 20) as usize, le_u32(&b, 24) as usize];
+    // a u32 of layers times 2^16 partitions, in bits: no overflow in 64 bits
+    let bitmap = |layers: usize| (layers * held_len).div_ceil(8);
+    let files_at = MANIFEST_HEAD + 4 * held_len;
+    let len = files_at + bitmap(sealed[0]) + bitmap(sealed[1]) + 8;
     if b.len() < len {
         return Err(truncated(len));
     }
     if b.len() > len {
-        return Err(bad(format!("{} bytes, a manifest of {held_len} partitions has {len}", b.len())));
+        return Err(bad(format!(
+            "{} bytes, a manifest of {held_len} partitions and {} + {} layers has {len}",
+            b.len(),
+            sealed[0],
+            sealed[1]
+        )));
     }
     let (stored, computed) = (le_u64(&b, len - 8), xxh3_64(&b[..len - 8]));
     if stored != computed {
@@ -78,7 +135,18 @@ pub fn read_manifest(path: &Path, limbs: usize) -> Result<Manifest, StorageError
     if held.windows(2).any(|w| w[0] >= w[1]) || held.last().is_some_and(|&p| p >= partitions) {
         return Err(bad(format!("held partitions {held:?} are not increasing partitions of {partitions}")));
     }
-    Ok(Manifest { partitions, sealed: [le_u32(&b, 20) as usize, le_u32(&b, 24) as usize], tag: le_u64(&b, 32), held })
+    let split = files_at + bitmap(sealed[0]);
+    let files = [
+        Bits::from_bytes(&b[files_at..split], sealed[0] * held_len),
+        Bits::from_bytes(&b[split..len - 8], sealed[1] * held_len),
+    ];
+    // bits past the last layer are zero, as written: anything else is damage
+    // the checksum missed only if it was forged
+    let padded = |bits: &Bits, raw: &[u8]| raw.iter().zip(&bits.bytes).all(|(a, b)| a == b);
+    if !padded(&files[0], &b[files_at..split]) || !padded(&files[1], &b[split..len - 8]) {
+        return Err(bad("bits set past the last sealed layer".into()));
+    }
+    Ok(Manifest { partitions, sealed, tag: le_u64(&b, 32), held, files })
 }
 
 impl<K: StateKey> DiskStore<K> {
@@ -98,6 +166,12 @@ impl<K: StateKey> DiskStore<K> {
         b.extend_from_slice(&self.opts.tag.to_le_bytes());
         for p in held {
             b.extend_from_slice(&(p as u32).to_le_bytes());
+        }
+        {
+            let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            for bits in files.iter() {
+                b.extend_from_slice(&bits.bytes);
+            }
         }
         let h = xxh3_64(&b);
         b.extend_from_slice(&h.to_le_bytes());

@@ -16,7 +16,7 @@
 //! whose keys carry their layer as a one-byte offset ([`TagKey`]: one byte per
 //! state more, and the run still answers "is it in layer L" and "which layer").
 //! The frontier and RAM layers are never merged; checkpoints (durable mode) keep
-//! one file per layer.
+//! one file per non-empty layer.
 //!
 //! Lookups work the same on both media: RAM layers by merge or binary search,
 //! disk runs through [`ShardReader::find_in_ranges`] (each block read at most
@@ -27,7 +27,10 @@
 //! unlinked file (POSIX), so deleting a shard mid-run is noticed at its next
 //! reopen, while truncation and corruption are noticed at the next read.
 //!
-//! *Durable* mode writes every layer at push time, makes all of a layer's files
+//! *Durable* mode writes every non-empty layer as its keys come (an empty one
+//! has no file: a bound iteration's thin layers leave most of a worker's
+//! partitions empty, and a file per partition and layer was most of a
+//! cluster layer's cost on disk), makes all of a layer's files
 //! durable at its seal (one `syncfs` of the store's filesystem on Linux, an
 //! fsync per file and directory elsewhere), and then rewrites a small manifest recording how many layers of each side are
 //! complete; [`DiskStore::open`] resumes from it (or from fewer layers, when
@@ -35,7 +38,8 @@
 //! workers' checkpoint: a worker's store holds only its own partitions
 //! ([`DiskOptions::held`]) and is tagged with its job, so a layer is written
 //! once, in its final place, and a restarted worker reopens it as it was.
-//! Durable stores do not compact (a checkpoint keeps one file per layer).
+//! Durable stores do not compact (a checkpoint keeps one file per non-empty
+//! layer).
 //!
 //! Files: this one holds the store (its parts, runs and the `PartitionStore`
 //! seam); `readers` the shard-reader cache, `compact` the merging of old
@@ -46,7 +50,7 @@
 //!
 //! ```text
 //! 0      8  magic b"SKMANIF\0"
-//! 8      4  manifest version (u32, = 2)
+//! 8      4  manifest version (u32, = 3)
 //! 12     4  key limbs (u32)
 //! 16     4  partitions (u32, power of two)
 //! 20     4  sealed forward layers (u32)
@@ -54,7 +58,11 @@
 //! 28     4  held partitions H (u32)
 //! 32     8  tag (u64: the owner's name for the store, a cluster job id)
 //! 40    4H  the held partitions (u32 each, increasing)
-//! 40+4H  8  xxh3-64 of every byte before it
+//! 40+4H  F  which forward layers have files: bit l*H+i (least significant
+//!           first) for layer l of the i-th held partition, F = ceil(Lf*H/8)
+//!           bytes for Lf sealed forward layers; unused bits zero
+//! ..     B  the same for the backward layers, B = ceil(Lb*H/8)
+//! ..     8  xxh3-64 of every byte before it
 //! ```
 
 use crate::engine::partition::{first_common, subtract_sorted, PartitionStore, StoreBytes};
@@ -263,6 +271,9 @@ pub struct DiskStore<K: StateKey> {
     disk_keys: AtomicU64,
     merges: AtomicU64,
     seq: AtomicU64,
+    /// Durable mode: per side, which sealed layers of the held partitions
+    /// have a file (see [`Manifest::files`]), for the manifest.
+    files: Mutex<[Bits; 2]>,
 }
 
 fn side_dir(side: Side) -> &'static str {
@@ -451,10 +462,12 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             self.discard(side, partition, old, &mut part.mem);
         }
         // an empty start costs no file: a layer that stays empty has no run
-        let fits = (len == 0 && !self.opts.durable) || self.layer_fits(part, partition, RUN_RECORD + bytes)?;
+        // (durable or not: a durable store writes its file when the first
+        // keys come, and its manifest records which layers have none)
+        let fits = len == 0 || self.layer_fits(part, partition, RUN_RECORD + bytes)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let mut run = Run { first: layer, lens: vec![len], keys: None, shard: None, seq, tier: 0 };
-        if self.opts.durable || !fits {
+        if (self.opts.durable && len > 0) || !fits {
             // kept open: a streaming merge may append more of this layer
             part.writer[s] = Some(self.start_layer(side, layer, partition, &keys)?);
         }
@@ -492,6 +505,13 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
                 }
                 part.mem = part.mem.saturating_sub((ram.capacity() * std::mem::size_of::<K>()) as u64);
             }
+        }
+        if self.opts.durable && part.writer[s].is_none() && !keys.is_empty() {
+            // the layer's first keys: its file starts now, with whatever the
+            // RAM copy holds (nothing: a durable layer's keys go to its file
+            // as they come, and only an empty start has none)
+            let so_far = run.keys.as_deref().unwrap_or(&[]);
+            part.writer[s] = Some(self.start_layer(side, layer, partition, so_far)?);
         }
         match part.writer[s].as_mut() {
             Some(w) => {
@@ -536,22 +556,27 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             let mut g = self.part(p);
             self.end_pending(&mut g, s)?;
             let part = &mut *g;
-            if !self.opts.durable && part.pending[s].as_ref().is_some_and(|r| r.len() == 0) {
-                // an empty layer is the absence of a run
+            if part.pending[s].as_ref().is_some_and(|r| r.len() == 0) {
+                // an empty layer is the absence of a run (and of a file)
                 if let Some(run) = part.pending[s].take() {
                     self.discard(side, p, run, &mut part.mem);
                 }
             }
-            match g.pending[s].take() {
-                Some(run) => g.runs[s].push(run),
-                None if self.opts.durable && self.holds(p) => {
-                    // a checkpoint has a file for every layer of every partition
-                    let shard = self.write_layer(side, layer, p, &[])?;
-                    let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                    g.mem += RUN_RECORD;
-                    g.runs[s].push(Run { first: layer, lens: vec![0], keys: None, shard: Some(shard), seq, tier: 0 });
-                }
-                None => {}
+            if let Some(run) = g.pending[s].take() {
+                g.runs[s].push(run);
+            }
+        }
+        if self.opts.durable {
+            // which held partitions have a file for this layer: the manifest
+            // names them, so that a missing one is still noticed at reopen
+            let held: Vec<usize> = match &self.opts.held {
+                Some(h) => h.clone(),
+                None => (0..self.parts.len()).collect(),
+            };
+            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            for p in held {
+                let has = self.part(p).runs[s].last().is_some_and(|r| r.first == layer && r.shard.is_some());
+                files[s].push(has);
             }
         }
         if self.opts.durable {
@@ -635,6 +660,7 @@ impl<K: StateKey> DiskStore<K> {
             disk_keys: AtomicU64::new(0),
             merges: AtomicU64::new(0),
             seq: AtomicU64::new(0),
+            files: Mutex::default(),
         }
     }
 
@@ -666,10 +692,16 @@ impl<K: StateKey> DiskStore<K> {
             }
         }
         let store = Self::empty(dir, m.partitions, opts);
+        let mut files = m.files.clone();
         for side in [Side::Forward, Side::Backward] {
             let sealed = sealed[side.index()];
+            files[side.index()].truncate(sealed * m.held.len());
             for layer in 0..sealed {
-                for &p in &m.held {
+                for (i, &p) in m.held.iter().enumerate() {
+                    if !files[side.index()].get(layer * m.held.len() + i) {
+                        // an empty layer: no file, no run
+                        continue;
+                    }
                     let file = FileName { first: layer, last: layer };
                     let r = ShardReader::<K>::open(&file.path(dir, side, p))?;
                     store.check_meta(r.path(), r.meta(), side, layer, p)?;
@@ -688,6 +720,7 @@ impl<K: StateKey> DiskStore<K> {
             store.sealed[side.index()].store(sealed, Ordering::Release);
             store.remove_stale_layers(side, sealed)?;
         }
+        *store.files.lock().unwrap_or_else(|e| e.into_inner()) = files;
         if sealed != m.sealed {
             store.write_manifest()?;
         }
@@ -712,25 +745,30 @@ impl<K: StateKey> DiskStore<K> {
         self.opts.held.as_ref().is_none_or(|h| h.binary_search(&p).is_ok())
     }
 
-    /// Deletes `L{n}` directories with `n >= sealed` and leftover temporaries.
+    /// Deletes the files of layers `n >= sealed` (`p{p}/L{n}.shard`, and
+    /// their leftover temporaries) of every partition.
     fn remove_stale_layers(&self, side: Side, sealed: usize) -> Result<(), StorageError> {
-        let d = self.dir.join(side_dir(side));
-        let entries = match fs::read_dir(&d) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(StorageError::io(&d, "listing", e)),
+        let list = |d: &Path| match fs::read_dir(d) {
+            Ok(e) => e.map(|e| e.map(|e| e.path()).map_err(io(d, "listing"))).collect::<Result<Vec<_>, _>>(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(StorageError::io(d, "listing", e)),
         };
-        for entry in entries {
-            let entry = entry.map_err(io(&d, "listing"))?;
-            let name = entry.file_name();
-            let stale = name
-                .to_str()
-                .and_then(|n| n.strip_prefix('L'))
-                .and_then(|n| n.parse::<usize>().ok())
-                .is_some_and(|n| n >= sealed);
-            if stale {
-                let p = entry.path();
-                fs::remove_dir_all(&p).map_err(io(&p, "removing stale layer"))?;
+        for part in list(&self.dir.join(side_dir(side)))? {
+            if !part.is_dir() {
+                continue;
+            }
+            for file in list(&part)? {
+                // `L{n}.shard`, `L{n}.shard.tmp`; a merged run `L{a}-{b}` is
+                // no durable store's
+                let layer = file
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_prefix('L'))
+                    .and_then(|n| n.split('.').next())
+                    .and_then(|n| n.parse::<usize>().ok());
+                if layer.is_some_and(|n| n >= sealed) {
+                    fs::remove_file(&file).map_err(io(&file, "removing stale layer"))?;
+                }
             }
         }
         Ok(())
@@ -806,8 +844,16 @@ impl<K: StateKey> DiskStore<K> {
     /// a streaming merge may push more before [`DiskStore::finish_layer`].
     fn start_layer(&self, side: Side, layer: usize, p: usize, keys: &[K]) -> Result<ShardWriter<K>, StorageError> {
         let path = FileName { first: layer, last: layer }.path(&self.dir, side, p);
-        Self::ensure_parent(&path)?;
-        let w = ShardWriter::<K>::create(&path, Self::meta(side, layer, p))?;
+        // the partition's folder is made by its first file: trying the file
+        // first spares a `mkdir` per layer (a worker's store writes one file
+        // per partition and layer)
+        let w = match ShardWriter::<K>::create(&path, Self::meta(side, layer, p)) {
+            Err(StorageError::Io { ref source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Self::ensure_parent(&path)?;
+                ShardWriter::<K>::create(&path, Self::meta(side, layer, p))?
+            }
+            w => w?,
+        };
         // a durable layer is synced once for all its files when it is sealed,
         // where the platform can sync a whole filesystem at once
         let mut w = if self.opts.durable && !crate::sys::SYNC_FILESYSTEM { w } else { w.unsynced() };

@@ -123,6 +123,15 @@ proptest! {
         let probes: Vec<u64> = (0..6000).step_by(7).collect();
         assert_same(&mem, &disk, parts, &probes);
         if durable {
+            // a file for each non-empty layer of a partition, none for an empty one
+            for side in SIDES {
+                for layer in 0..disk.layers(side) {
+                    for p in 0..4 {
+                        let has = shard_path(dir.path(), side, layer, p).exists();
+                        prop_assert_eq!(has, disk.layer_len(side, layer, p) > 0, "{:?} layer {} partition {}", side, layer, p);
+                    }
+                }
+            }
             drop(disk);
             let reopened = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).unwrap();
             assert_same(&mem, &reopened, parts, &probes);
@@ -244,7 +253,7 @@ fn durable_store_reopens_at_the_last_sealed_layer() {
     let store = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).unwrap();
     assert_eq!(store.partitions(), 8);
     assert_eq!([store.layers(Side::Forward), store.layers(Side::Backward)], [3, 2]);
-    assert!(!dir.path().join("f").join("L3").exists(), "the unsealed layer is gone");
+    assert!(!shard_path(dir.path(), Side::Forward, 3, 3).exists(), "the unsealed layer's file is gone");
     let probes: Vec<u64> = (0..3000).map(|i| i * 331).collect();
     assert_same(&reference, &store, parts, &probes);
 
@@ -423,21 +432,27 @@ fn manifest_damage_is_named() {
     }
     let path = dir.path().join(MANIFEST_NAME);
     let good = fs::read(&path).unwrap();
+    // every layer of every partition has keys here: every bit set
+    let all = |n: usize| {
+        let mut b = Bits::default();
+        (0..n).for_each(|_| b.push(true));
+        b
+    };
     assert_eq!(
         read_manifest(&path, 1).unwrap(),
-        Manifest { partitions: 4, sealed: [3, 2], tag: 0, held: vec![0, 1, 2, 3] }
+        Manifest { partitions: 4, sealed: [3, 2], tag: 0, held: vec![0, 1, 2, 3], files: [all(12), all(8)] }
     );
     for at in 0..good.len() {
         let mut b = good.clone();
         b[at] ^= 1;
         fs::write(&path, &b).unwrap();
         let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).err().unwrap();
-        // a flip in the partition count (bytes 28..32) says the file should
-        // be longer or shorter than it is: from the bytes alone that is a
-        // cut file, named as one
+        // a flip in a layer count or the partition count (bytes 20..32) says
+        // the file should be longer or shorter than it is: from the bytes
+        // alone that is a cut file, named as one
         let named = match e {
             StorageError::BadManifest { path: ref p, .. } => *p == path,
-            StorageError::Truncated { path: ref p, .. } => (28..32).contains(&at) && *p == path,
+            StorageError::Truncated { path: ref p, .. } => (20..32).contains(&at) && *p == path,
             _ => false,
         };
         assert!(named, "flip at {at}: {e}");
@@ -450,6 +465,16 @@ fn manifest_damage_is_named() {
     fs::remove_file(&path).unwrap();
     let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).err().unwrap();
     assert!(matches!(e, StorageError::Io { ref path, .. } if path.ends_with(MANIFEST_NAME)), "{e}");
+    // a bit set past the last layer, under a checksum made to match: refused
+    let mut forged = good.clone();
+    let pad = MANIFEST_HEAD + 4 * 4 + 1; // the forward bits' second byte: layer 2's bits, then four unused
+    forged[pad] |= 0x80;
+    let n = forged.len();
+    let h = xxh3_64(&forged[..n - 8]);
+    forged[n - 8..].copy_from_slice(&h.to_le_bytes());
+    fs::write(&path, &forged).unwrap();
+    let e = DiskStore::<u64>::open(dir.path(), DiskOptions::default(), None).err().unwrap();
+    assert!(matches!(e, StorageError::BadManifest { ref reason, .. } if reason.contains("past the last")), "{e}");
     // a sealed layer's shard missing at reopen
     fs::write(&path, &good).unwrap();
     let victim = shard_path(dir.path(), Side::Backward, 1, 2);
