@@ -24,6 +24,9 @@ pub struct Manifest {
     /// bit `layer * held.len() + i` (least significant first) for the `i`th
     /// held partition; a clear bit is an empty layer.
     pub files: [Bits; 2],
+    /// Per side, which sealed layers have a pack ([`super::pack`]): bit
+    /// `layer`.
+    pub packs: [Bits; 2],
 }
 
 /// A growable bit set, packed least significant bit first.
@@ -107,7 +110,8 @@ pub fn read_manifest(path: &Path, limbs: usize) -> Result<Manifest, StorageError
     // a u32 of layers times 2^16 partitions, in bits: no overflow in 64 bits
     let bitmap = |layers: usize| (layers * held_len).div_ceil(8);
     let files_at = MANIFEST_HEAD + 4 * held_len;
-    let len = files_at + bitmap(sealed[0]) + bitmap(sealed[1]) + 8;
+    let packs_at = files_at + bitmap(sealed[0]) + bitmap(sealed[1]);
+    let len = packs_at + sealed[0].div_ceil(8) + sealed[1].div_ceil(8) + 8;
     if b.len() < len {
         return Err(truncated(len));
     }
@@ -138,15 +142,22 @@ pub fn read_manifest(path: &Path, limbs: usize) -> Result<Manifest, StorageError
     let split = files_at + bitmap(sealed[0]);
     let files = [
         Bits::from_bytes(&b[files_at..split], sealed[0] * held_len),
-        Bits::from_bytes(&b[split..len - 8], sealed[1] * held_len),
+        Bits::from_bytes(&b[split..packs_at], sealed[1] * held_len),
+    ];
+    let split_packs = packs_at + sealed[0].div_ceil(8);
+    let packs = [
+        Bits::from_bytes(&b[packs_at..split_packs], sealed[0]),
+        Bits::from_bytes(&b[split_packs..len - 8], sealed[1]),
     ];
     // bits past the last layer are zero, as written: anything else is damage
     // the checksum missed only if it was forged
     let padded = |bits: &Bits, raw: &[u8]| raw.iter().zip(&bits.bytes).all(|(a, b)| a == b);
-    if !padded(&files[0], &b[files_at..split]) || !padded(&files[1], &b[split..len - 8]) {
+    let raws = [&b[files_at..split], &b[split..packs_at], &b[packs_at..split_packs], &b[split_packs..len - 8]];
+    let bits = [&files[0], &files[1], &packs[0], &packs[1]];
+    if bits.iter().zip(raws).any(|(bits, raw)| !padded(bits, raw)) {
         return Err(bad("bits set past the last sealed layer".into()));
     }
-    Ok(Manifest { partitions, sealed, tag: le_u64(&b, 32), held, files })
+    Ok(Manifest { partitions, sealed, tag: le_u64(&b, 32), held, files, packs })
 }
 
 impl<K: StateKey> DiskStore<K> {
@@ -169,7 +180,7 @@ impl<K: StateKey> DiskStore<K> {
         }
         {
             let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-            for bits in files.iter() {
+            for bits in files.0.iter().chain(&files.1) {
                 b.extend_from_slice(&bits.bytes);
             }
         }

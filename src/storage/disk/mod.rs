@@ -80,11 +80,14 @@ use xxhash_rust::xxh3::xxh3_64;
 
 mod compact;
 mod manifest;
+mod pack;
 mod readers;
 
 use compact::*;
 #[allow(unused_imports)]
 use manifest::*;
+pub use pack::pack_path;
+use pack::*;
 use readers::*;
 
 /// Keys per chunk when streaming a RAM layer to the engine.
@@ -272,8 +275,9 @@ pub struct DiskStore<K: StateKey> {
     merges: AtomicU64,
     seq: AtomicU64,
     /// Durable mode: per side, which sealed layers of the held partitions
-    /// have a file (see [`Manifest::files`]), for the manifest.
-    files: Mutex<[Bits; 2]>,
+    /// have a file of their own (see [`Manifest::files`]), and which layers
+    /// have a pack ([`Manifest::packs`]), for the manifest.
+    files: Mutex<([Bits; 2], [Bits; 2])>,
 }
 
 fn side_dir(side: Side) -> &'static str {
@@ -462,12 +466,13 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             self.discard(side, partition, old, &mut part.mem);
         }
         // an empty start costs no file: a layer that stays empty has no run
-        // (durable or not: a durable store writes its file when the first
-        // keys come, and its manifest records which layers have none)
+        // (durable or not: a durable store writes a small layer into its
+        // layer's pack at the seal, a large one to its own file as it comes,
+        // and its manifest records which layers have which)
         let fits = len == 0 || self.layer_fits(part, partition, RUN_RECORD + bytes)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let mut run = Run { first: layer, lens: vec![len], keys: None, shard: None, seq, tier: 0 };
-        if (self.opts.durable && len > 0) || !fits {
+        if !fits || (self.opts.durable && len * size_of::<K>() as u64 > PACK_MAX) {
             // kept open: a streaming merge may append more of this layer
             part.writer[s] = Some(self.start_layer(side, layer, partition, &keys)?);
         }
@@ -506,10 +511,9 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
                 part.mem = part.mem.saturating_sub((ram.capacity() * std::mem::size_of::<K>()) as u64);
             }
         }
-        if self.opts.durable && part.writer[s].is_none() && !keys.is_empty() {
-            // the layer's first keys: its file starts now, with whatever the
-            // RAM copy holds (nothing: a durable layer's keys go to its file
-            // as they come, and only an empty start has none)
+        if self.opts.durable && part.writer[s].is_none() && run.lens[0] * size_of::<K>() as u64 > PACK_MAX {
+            // too large for the layer's pack now: its own file starts, with
+            // what the RAM copy holds so far
             let so_far = run.keys.as_deref().unwrap_or(&[]);
             part.writer[s] = Some(self.start_layer(side, layer, partition, so_far)?);
         }
@@ -567,17 +571,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             }
         }
         if self.opts.durable {
-            // which held partitions have a file for this layer: the manifest
-            // names them, so that a missing one is still noticed at reopen
-            let held: Vec<usize> = match &self.opts.held {
-                Some(h) => h.clone(),
-                None => (0..self.parts.len()).collect(),
-            };
-            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-            for p in held {
-                let has = self.part(p).runs[s].last().is_some_and(|r| r.first == layer && r.shard.is_some());
-                files[s].push(has);
-            }
+            self.checkpoint_layer(side, layer)?;
         }
         if self.opts.durable {
             // every file of the layer and every directory entry must reach
@@ -692,14 +686,18 @@ impl<K: StateKey> DiskStore<K> {
             }
         }
         let store = Self::empty(dir, m.partitions, opts);
-        let mut files = m.files.clone();
+        let (mut files, mut packs) = (m.files.clone(), m.packs.clone());
         for side in [Side::Forward, Side::Backward] {
             let sealed = sealed[side.index()];
             files[side.index()].truncate(sealed * m.held.len());
+            packs[side.index()].truncate(sealed);
             for layer in 0..sealed {
+                if packs[side.index()].get(layer) {
+                    store.reopen_pack(side, layer, &m.held, &files[side.index()])?;
+                }
                 for (i, &p) in m.held.iter().enumerate() {
                     if !files[side.index()].get(layer * m.held.len() + i) {
-                        // an empty layer: no file, no run
+                        // an empty layer, or one in the pack: no file of its own
                         continue;
                     }
                     let file = FileName { first: layer, last: layer };
@@ -720,7 +718,7 @@ impl<K: StateKey> DiskStore<K> {
             store.sealed[side.index()].store(sealed, Ordering::Release);
             store.remove_stale_layers(side, sealed)?;
         }
-        *store.files.lock().unwrap_or_else(|e| e.into_inner()) = files;
+        *store.files.lock().unwrap_or_else(|e| e.into_inner()) = (files, packs);
         if sealed != m.sealed {
             store.write_manifest()?;
         }
@@ -753,20 +751,20 @@ impl<K: StateKey> DiskStore<K> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(StorageError::io(d, "listing", e)),
         };
-        for part in list(&self.dir.join(side_dir(side)))? {
-            if !part.is_dir() {
-                continue;
-            }
-            for file in list(&part)? {
-                // `L{n}.shard`, `L{n}.shard.tmp`; a merged run `L{a}-{b}` is
-                // no durable store's
-                let layer = file
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix('L'))
-                    .and_then(|n| n.split('.').next())
-                    .and_then(|n| n.parse::<usize>().ok());
-                if layer.is_some_and(|n| n >= sealed) {
+        // `L{n}.shard`, `L{n}.pack` and their temporaries; a merged run
+        // `L{a}-{b}` is no durable store's
+        let stale = |file: &Path| {
+            file.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix('L'))
+                .and_then(|n| n.split('.').next())
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|n| n >= sealed)
+        };
+        for entry in list(&self.dir.join(side_dir(side)))? {
+            let files = if entry.is_dir() { list(&entry)? } else { vec![entry] };
+            for file in files {
+                if stale(&file) {
                     fs::remove_file(&file).map_err(io(&file, "removing stale layer"))?;
                 }
             }
@@ -817,6 +815,88 @@ impl<K: StateKey> DiskStore<K> {
                     got.side, got.partition, got.layer, want.side, want.partition, want.layer
                 ),
             });
+        }
+        Ok(())
+    }
+
+    /// The held partitions, increasing.
+    fn held(&self) -> Vec<usize> {
+        match &self.opts.held {
+            Some(h) => h.clone(),
+            None => (0..self.parts.len()).collect(),
+        }
+    }
+
+    /// Durable mode, at a seal: writes the layer's pack (every held
+    /// partition's layer that is in RAM only) and records which partitions
+    /// have a file of their own and whether there is a pack, for the
+    /// manifest, which names them so that a missing file is noticed at
+    /// reopen.
+    fn checkpoint_layer(&self, side: Side, layer: usize) -> Result<(), StorageError> {
+        let s = side.index();
+        let held = self.held();
+        let mut own = Vec::with_capacity(held.len());
+        let mut packed: Vec<(usize, Vec<K>)> = Vec::new();
+        for &p in &held {
+            let g = self.part(p);
+            let run = g.runs[s].last().filter(|r| r.first == layer);
+            own.push(run.is_some_and(|r| r.shard.is_some()));
+            if let Some(keys) = run.filter(|r| r.shard.is_none()).and_then(|r| r.keys.as_ref()) {
+                packed.push((p, keys.clone()));
+            }
+        }
+        if !packed.is_empty() {
+            let sections: Vec<(usize, &[K])> = packed.iter().map(|(p, k)| (*p, k.as_slice())).collect();
+            let bytes = encode(side, layer, &sections);
+            let path = pack_path(&self.dir, side, layer);
+            let tmp = path.with_extension("pack.tmp");
+            let mut f = fs::File::create(&tmp).map_err(io(&tmp, "creating"))?;
+            f.write_all(&bytes).map_err(io(&tmp, "writing"))?;
+            // on Linux the seal's one syncfs makes it durable with the rest
+            if !crate::sys::SYNC_FILESYSTEM {
+                f.sync_all().map_err(io(&tmp, "syncing"))?;
+            }
+            drop(f);
+            fs::rename(&tmp, &path).map_err(io(&tmp, "renaming"))?;
+            // its bytes count as disk, its keys not as keys in shard files
+            self.account_written(bytes.len() as u64, 0);
+        }
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        own.into_iter().for_each(|has| files.0[s].push(has));
+        files.1[s].push(!packed.is_empty());
+        Ok(())
+    }
+
+    /// Reopening: the partition layers in `side`'s `layer`'s pack, back in
+    /// RAM where they fit (as when they were written) and to their own files
+    /// where they no longer do. `files` says which partitions have a file of
+    /// their own for the layer: none may be in the pack too.
+    fn reopen_pack(&self, side: Side, layer: usize, held: &[usize], files: &Bits) -> Result<(), StorageError> {
+        let path = pack_path(&self.dir, side, layer);
+        let bytes = fs::read(&path).map_err(io(&path, "reading"))?;
+        let sections = decode::<K>(&path, &bytes, side, layer, held)?;
+        self.account_written(bytes.len() as u64, 0);
+        for (p, keys) in sections {
+            let i = held.binary_search(&p).unwrap_or(usize::MAX);
+            if files.get(layer * held.len() + i) {
+                return Err(StorageError::Misplaced {
+                    path,
+                    reason: format!("partition {p} is in it and in a file of its own, which the manifest names"),
+                });
+            }
+            let mut g = self.part(p);
+            let part = &mut *g;
+            let bytes = (keys.capacity() * size_of::<K>()) as u64;
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            let mut run = Run { first: layer, lens: vec![keys.len() as u64], keys: None, shard: None, seq, tier: 0 };
+            if self.layer_fits(part, p, RUN_RECORD + bytes)? {
+                part.mem += bytes;
+                run.keys = Some(keys);
+            } else {
+                run.shard = Some(self.write_layer(side, layer, p, &keys)?);
+            }
+            part.mem += RUN_RECORD;
+            part.runs[side.index()].push(run);
         }
         Ok(())
     }

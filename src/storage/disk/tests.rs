@@ -123,13 +123,19 @@ proptest! {
         let probes: Vec<u64> = (0..6000).step_by(7).collect();
         assert_same(&mem, &disk, parts, &probes);
         if durable {
-            // a file for each non-empty layer of a partition, none for an empty one
+            // a non-empty layer of a partition has a file of its own or is in
+            // its layer's pack; an empty one has neither, and a layer whose
+            // partitions are all empty or all in files of their own has no pack
             for side in SIDES {
                 for layer in 0..disk.layers(side) {
+                    let mut packed = false;
                     for p in 0..4 {
-                        let has = shard_path(dir.path(), side, layer, p).exists();
-                        prop_assert_eq!(has, disk.layer_len(side, layer, p) > 0, "{:?} layer {} partition {}", side, layer, p);
+                        let own = shard_path(dir.path(), side, layer, p).exists();
+                        let len = disk.layer_len(side, layer, p);
+                        prop_assert!(!own || len > 0, "{:?} layer {} partition {}: a file for an empty layer", side, layer, p);
+                        packed |= len > 0 && !own;
                     }
+                    prop_assert_eq!(pack_path(dir.path(), side, layer).exists(), packed, "{:?} layer {}", side, layer);
                 }
             }
             drop(disk);
@@ -241,8 +247,11 @@ fn durable_store_reopens_at_the_last_sealed_layer() {
         )
         .unwrap();
         fill(&store, &layers, parts);
-        // an unfinished step: pushed, never sealed
-        store.push_layer(Side::Forward, 3, vec![42, 43]).unwrap();
+        // an unfinished step: pushed, never sealed (large enough for a file
+        // of its own: a small layer waits for the seal's pack)
+        let big: Vec<u64> = (0..100_000).map(|i| 5_000_000 + 8 * i + 3).filter(|k| parts.of(k) == 3).collect();
+        assert!(big.len() * 8 > PACK_MAX as usize);
+        store.push_layer(Side::Forward, 3, big).unwrap();
         store.end_layer(Side::Forward, 3).unwrap();
         assert!(shard_path(dir.path(), Side::Forward, 3, 3).exists());
     }
@@ -438,9 +447,22 @@ fn manifest_damage_is_named() {
         (0..n).for_each(|_| b.push(true));
         b
     };
+    // and with no RAM to keep a layer in, none is packed
+    let none = |n: usize| {
+        let mut b = Bits::default();
+        (0..n).for_each(|_| b.push(false));
+        b
+    };
     assert_eq!(
         read_manifest(&path, 1).unwrap(),
-        Manifest { partitions: 4, sealed: [3, 2], tag: 0, held: vec![0, 1, 2, 3], files: [all(12), all(8)] }
+        Manifest {
+            partitions: 4,
+            sealed: [3, 2],
+            tag: 0,
+            held: vec![0, 1, 2, 3],
+            files: [all(12), all(8)],
+            packs: [none(3), none(2)]
+        }
     );
     for at in 0..good.len() {
         let mut b = good.clone();
@@ -558,4 +580,62 @@ fn keep_oldest_stays_within_its_share_and_writes_each_layer_once() {
     assert!(b.disk > 0 && store.disk_keys() > 0);
     // the first layers are in RAM: nothing written for them
     assert!(!shard_path(dir.path(), Side::Forward, 0, 0).exists());
+}
+
+/// A durable store's packs (its small layers, one file per layer) reopen as
+/// they were written, and every kind of damage to one is named: deleted,
+/// cut, a byte changed, another layer's pack in its place.
+#[test]
+fn damaged_pack_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = Partitioner::new(4);
+    let layers = sample_layers();
+    let reference = MemStore::<u64>::new(4);
+    fill(&reference, &layers, parts);
+    let opts = DiskOptions { durable: true, memory_bytes: 1 << 22, ..DiskOptions::default() };
+    {
+        let store = DiskStore::<u64>::create(dir.path(), 4, opts.clone()).unwrap();
+        fill(&store, &layers, parts);
+    }
+    // every layer's partitions went into its pack: no file of their own
+    for (side, n) in [(Side::Forward, 3), (Side::Backward, 2)] {
+        for layer in 0..n {
+            assert!(pack_path(dir.path(), side, layer).exists());
+            assert!((0..4).all(|p| !shard_path(dir.path(), side, layer, p).exists()));
+        }
+    }
+    let probes: Vec<u64> = (0..3000).map(|i| i * 331).collect();
+    let store = DiskStore::<u64>::open(dir.path(), opts.clone(), None).unwrap();
+    assert_same(&reference, &store, parts, &probes);
+    drop(store);
+    // reopened with no RAM to spare, the packed layers go to files of their own
+    let tight = DiskStore::<u64>::open(dir.path(), DiskOptions { memory_bytes: 0, ..opts.clone() }, None).unwrap();
+    assert_same(&reference, &tight, parts, &probes);
+    assert!(shard_path(dir.path(), Side::Forward, 1, 2).exists());
+    drop(tight);
+
+    let victim = pack_path(dir.path(), Side::Forward, 1);
+    let good = fs::read(&victim).unwrap();
+    let reopen = || DiskStore::<u64>::open(dir.path(), opts.clone(), None).err().unwrap();
+    fs::remove_file(&victim).unwrap();
+    let e = reopen();
+    assert!(matches!(e, StorageError::Io { ref path, .. } if *path == victim), "{e}");
+    fs::write(&victim, &good[..good.len() - 5]).unwrap();
+    let e = reopen();
+    assert!(matches!(e, StorageError::Envelope { ref path, .. } if *path == victim), "{e}");
+    let mut flipped = good.clone();
+    let n = flipped.len();
+    flipped[n - 3] ^= 0x10;
+    fs::write(&victim, &flipped).unwrap();
+    let e = reopen();
+    assert!(matches!(e, StorageError::Envelope { ref path, .. } if *path == victim), "{e}");
+    fs::copy(pack_path(dir.path(), Side::Forward, 2), &victim).unwrap();
+    let e = reopen();
+    assert!(
+        matches!(e, StorageError::Misplaced { ref path, ref reason } if *path == victim && reason.contains("layer 2")),
+        "{e}"
+    );
+    fs::write(&victim, &good).unwrap();
+    let store = DiskStore::<u64>::open(dir.path(), opts, None).unwrap();
+    assert_same(&reference, &store, parts, &probes);
 }
