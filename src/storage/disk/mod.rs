@@ -15,8 +15,8 @@
 //! LSM-style, eight at a time into runs `L{first}-{last}/p{partition}.shard`
 //! whose keys carry their layer as a one-byte offset ([`TagKey`]: one byte per
 //! state more, and the run still answers "is it in layer L" and "which layer").
-//! The frontier and RAM layers are never merged; checkpoints (durable mode) keep
-//! one file per non-empty layer.
+//! The frontier and RAM layers are never merged, nor are checkpoints (durable
+//! mode).
 //!
 //! Lookups work the same on both media: RAM layers by merge or binary search,
 //! disk runs through [`ShardReader::find_in_ranges`] (each block read at most
@@ -27,10 +27,12 @@
 //! unlinked file (POSIX), so deleting a shard mid-run is noticed at its next
 //! reopen, while truncation and corruption are noticed at the next read.
 //!
-//! *Durable* mode writes every non-empty layer as its keys come (an empty one
-//! has no file: a bound iteration's thin layers leave most of a worker's
-//! partitions empty, and a file per partition and layer was most of a
-//! cluster layer's cost on disk), makes all of a layer's files
+//! *Durable* mode writes every non-empty partition layer once: one of more
+//! than 64 KiB (`pack::PACK_MAX`) to its own shard file as its keys come, the smaller
+//! ones (kept in RAM anyway) together into the layer's one pack at its seal
+//! (`pack.rs`), and an empty one nowhere. A bound iteration's layers are
+//! mostly thin, and a file per partition and layer was most of a cluster
+//! layer's cost on disk. It makes all of a layer's files
 //! durable at its seal (one `syncfs` of the store's filesystem on Linux, an
 //! fsync per file and directory elsewhere), and then rewrites a small manifest recording how many layers of each side are
 //! complete; [`DiskStore::open`] resumes from it (or from fewer layers, when
@@ -38,12 +40,12 @@
 //! workers' checkpoint: a worker's store holds only its own partitions
 //! ([`DiskOptions::held`]) and is tagged with its job, so a layer is written
 //! once, in its final place, and a restarted worker reopens it as it was.
-//! Durable stores do not compact (a checkpoint keeps one file per non-empty
-//! layer).
+//! Durable stores do not compact (a checkpoint keeps what it wrote).
 //!
 //! Files: this one holds the store (its parts, runs and the `PartitionStore`
-//! seam); `readers` the shard-reader cache, `compact` the merging of old
-//! layers, `manifest` the durable manifest, `tests` the tests.
+//! seam); `pack` the durable layer packs, `readers` the shard-reader cache,
+//! `compact` the merging of old layers, `manifest` the durable manifest,
+//! `tests` the tests.
 //!
 //! Manifest (`DIR/manifest`, little-endian, written to `manifest.tmp`, fsynced
 //! and renamed):
@@ -62,6 +64,8 @@
 //!           first) for layer l of the i-th held partition, F = ceil(Lf*H/8)
 //!           bytes for Lf sealed forward layers; unused bits zero
 //! ..     B  the same for the backward layers, B = ceil(Lb*H/8)
+//! ..  Pf+Pb which layers have a pack: bit l of ceil(Lf/8) bytes for the
+//!           forward layers, then of ceil(Lb/8) for the backward ones
 //! ..     8  xxh3-64 of every byte before it
 //! ```
 
@@ -572,8 +576,6 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         }
         if self.opts.durable {
             self.checkpoint_layer(side, layer)?;
-        }
-        if self.opts.durable {
             // every file of the layer and every directory entry must reach
             // disk before the manifest names them: one syncfs of the store's
             // filesystem (instead of two fsyncs per partition, which were
@@ -877,8 +879,8 @@ impl<K: StateKey> DiskStore<K> {
         let sections = decode::<K>(&path, &bytes, side, layer, held)?;
         self.account_written(bytes.len() as u64, 0);
         for (p, keys) in sections {
-            let i = held.binary_search(&p).unwrap_or(usize::MAX);
-            if files.get(layer * held.len() + i) {
+            // `decode` took only held partitions
+            if held.binary_search(&p).is_ok_and(|i| files.get(layer * held.len() + i)) {
                 return Err(StorageError::Misplaced {
                     path,
                     reason: format!("partition {p} is in it and in a file of its own, which the manifest names"),

@@ -124,18 +124,20 @@ proptest! {
         assert_same(&mem, &disk, parts, &probes);
         if durable {
             // a non-empty layer of a partition has a file of its own or is in
-            // its layer's pack; an empty one has neither, and a layer whose
-            // partitions are all empty or all in files of their own has no pack
+            // its layer's pack (or both: a packed layer that RAM later lost
+            // was written to its own file then); an empty one has neither; a
+            // pack is there exactly where the manifest names one
+            let m = read_manifest(&dir.path().join(MANIFEST_NAME), 1).unwrap();
             for side in SIDES {
                 for layer in 0..disk.layers(side) {
-                    let mut packed = false;
+                    let pack = pack_path(dir.path(), side, layer).exists();
+                    prop_assert_eq!(pack, m.packs[side.index()].get(layer), "{:?} layer {}", side, layer);
                     for p in 0..4 {
                         let own = shard_path(dir.path(), side, layer, p).exists();
                         let len = disk.layer_len(side, layer, p);
                         prop_assert!(!own || len > 0, "{:?} layer {} partition {}: a file for an empty layer", side, layer, p);
-                        packed |= len > 0 && !own;
+                        prop_assert!(len == 0 || own || pack, "{:?} layer {} partition {}: keys in no file", side, layer, p);
                     }
-                    prop_assert_eq!(pack_path(dir.path(), side, layer).exists(), packed, "{:?} layer {}", side, layer);
                 }
             }
             drop(disk);
@@ -638,4 +640,37 @@ fn damaged_pack_is_named() {
     fs::write(&victim, &good).unwrap();
     let store = DiskStore::<u64>::open(dir.path(), opts, None).unwrap();
     assert_same(&reference, &store, parts, &probes);
+}
+
+/// Regression: reopening looked for `L{n}` folders under each side, which
+/// the per-partition layout never makes, so an interrupted step's files
+/// stayed behind. Now its shards, packs and their temporaries go.
+#[test]
+fn an_interrupted_steps_files_are_removed_at_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = Partitioner::new(4);
+    let opts = DiskOptions { durable: true, memory_bytes: 1 << 22, ..DiskOptions::default() };
+    let stray = [
+        pack_path(dir.path(), Side::Forward, 3),
+        PathBuf::from(format!("{}.tmp", pack_path(dir.path(), Side::Forward, 4).display())),
+        shard_path(dir.path(), Side::Forward, 3, 1),
+    ];
+    {
+        let store = DiskStore::<u64>::create(dir.path(), 4, opts.clone()).unwrap();
+        fill(&store, &sample_layers(), parts);
+        // the next step began: a large layer streams to its own file
+        let big: Vec<u64> = (0..100_000).map(|i| 7_000_000 + 4 * i).filter(|k| parts.of(k) == 1).collect();
+        store.push_layer(Side::Forward, 1, big).unwrap();
+        store.end_layer(Side::Forward, 1).unwrap();
+        fs::copy(pack_path(dir.path(), Side::Forward, 2), &stray[0]).unwrap();
+        fs::write(&stray[1], b"half a pack").unwrap();
+    }
+    assert!(stray.iter().all(|f| f.exists()));
+    let store = DiskStore::<u64>::open(dir.path(), opts, None).unwrap();
+    assert_eq!([store.layers(Side::Forward), store.layers(Side::Backward)], [3, 2]);
+    for f in &stray {
+        assert!(!f.exists(), "{} is still there", f.display());
+    }
+    // the sealed layers' files stay
+    assert!(pack_path(dir.path(), Side::Forward, 2).exists());
 }
