@@ -215,6 +215,15 @@ fn sample_layers() -> [Vec<Vec<u64>>; 2] {
     [disjoint(vec![layer(1, 3000), layer(2, 5000), layer(3, 8000)]), disjoint(vec![layer(4, 2000), layer(5, 6000)])]
 }
 
+/// The sample layers over `partitions` partitions, and an in-memory store
+/// holding them to compare with.
+fn sampled(partitions: usize) -> (Partitioner, [Vec<Vec<u64>>; 2], MemStore<u64>) {
+    let (parts, layers) = (Partitioner::new(partitions), sample_layers());
+    let reference = MemStore::<u64>::new(partitions);
+    fill(&reference, &layers, parts);
+    (parts, layers, reference)
+}
+
 #[test]
 fn abort_drops_the_pending_layer_and_its_files() {
     let dir = tempfile::tempdir().unwrap();
@@ -237,10 +246,7 @@ fn abort_drops_the_pending_layer_and_its_files() {
 #[test]
 fn durable_store_reopens_at_the_last_sealed_layer() {
     let dir = tempfile::tempdir().unwrap();
-    let parts = Partitioner::new(8);
-    let layers = sample_layers();
-    let reference = MemStore::<u64>::new(8);
-    fill(&reference, &layers, parts);
+    let (parts, layers, reference) = sampled(8);
     {
         let store = DiskStore::<u64>::create(
             dir.path(),
@@ -590,10 +596,7 @@ fn keep_oldest_stays_within_its_share_and_writes_each_layer_once() {
 #[test]
 fn damaged_pack_is_named() {
     let dir = tempfile::tempdir().unwrap();
-    let parts = Partitioner::new(4);
-    let layers = sample_layers();
-    let reference = MemStore::<u64>::new(4);
-    fill(&reference, &layers, parts);
+    let (parts, layers, reference) = sampled(4);
     let opts = DiskOptions { durable: true, memory_bytes: 1 << 22, ..DiskOptions::default() };
     {
         let store = DiskStore::<u64>::create(dir.path(), 4, opts.clone()).unwrap();
