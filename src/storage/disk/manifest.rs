@@ -38,7 +38,7 @@ pub struct Bits {
 
 impl Bits {
     pub fn push(&mut self, bit: bool) {
-        if self.len % 8 == 0 {
+        if self.len.is_multiple_of(8) {
             self.bytes.push(0);
         }
         if bit {
@@ -58,7 +58,7 @@ impl Bits {
         }
         self.len = len;
         self.bytes.truncate(len.div_ceil(8));
-        if len % 8 != 0 {
+        if !len.is_multiple_of(8) {
             let last = self.bytes.len() - 1;
             self.bytes[last] &= (1u8 << (len % 8)) - 1;
         }
@@ -145,10 +145,8 @@ pub fn read_manifest(path: &Path, limbs: usize) -> Result<Manifest, StorageError
         Bits::from_bytes(&b[split..packs_at], sealed[1] * held_len),
     ];
     let split_packs = packs_at + sealed[0].div_ceil(8);
-    let packs = [
-        Bits::from_bytes(&b[packs_at..split_packs], sealed[0]),
-        Bits::from_bytes(&b[split_packs..len - 8], sealed[1]),
-    ];
+    let packs =
+        [Bits::from_bytes(&b[packs_at..split_packs], sealed[0]), Bits::from_bytes(&b[split_packs..len - 8], sealed[1])];
     // bits past the last layer are zero, as written: anything else is damage
     // the checksum missed only if it was forged
     let padded = |bits: &Bits, raw: &[u8]| raw.iter().zip(&bits.bytes).all(|(a, b)| a == b);
@@ -162,10 +160,7 @@ pub fn read_manifest(path: &Path, limbs: usize) -> Result<Manifest, StorageError
 
 impl<K: StateKey> DiskStore<K> {
     pub(super) fn write_manifest(&self) -> Result<(), StorageError> {
-        let held: Vec<usize> = match &self.opts.held {
-            Some(h) => h.clone(),
-            None => (0..self.parts.len()).collect(),
-        };
+        let held = self.held();
         let mut b = Vec::with_capacity(MANIFEST_HEAD + 4 * held.len() + 8);
         b.extend_from_slice(&MANIFEST_MAGIC);
         b.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());

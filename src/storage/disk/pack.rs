@@ -73,7 +73,8 @@ pub(super) fn decode<K: StateKey>(
     layer: usize,
     held: &[usize],
 ) -> Result<Vec<(usize, Vec<K>)>, StorageError> {
-    let body = envelope::open(&PACK, bytes).map_err(|source| StorageError::Envelope { path: path.to_path_buf(), source })?;
+    let body =
+        envelope::open(&PACK, bytes).map_err(|source| StorageError::Envelope { path: path.to_path_buf(), source })?;
     let bad = |reason: String| StorageError::Misplaced { path: path.to_path_buf(), reason };
     let raw = lz4_flex::block::decompress_size_prepended(body)
         .map_err(|e| bad(format!("its body does not decompress: {e}")))?;
@@ -83,9 +84,8 @@ pub(super) fn decode<K: StateKey>(
         at += n;
         Ok(got)
     };
-    let u32_at = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize;
-    let (got_side, got_layer) = (take(1)?[0] as usize, u32_at(take(4)?));
-    let limbs = u32_at(take(4)?);
+    let (got_side, got_layer) = (take(1)?[0] as usize, le_u32(take(4)?, 0) as usize);
+    let limbs = le_u32(take(4)?, 0) as usize;
     if got_side != side.index() || got_layer != layer || limbs != K::LIMBS {
         return Err(bad(format!(
             "it holds side {got_side} layer {got_layer} with {limbs}-limb keys, expected side {} layer {layer} with {}-limb keys",
@@ -93,20 +93,20 @@ pub(super) fn decode<K: StateKey>(
             K::LIMBS
         )));
     }
-    let sections = u32_at(take(4)?);
+    let sections = le_u32(take(4)?, 0) as usize;
     let mut out: Vec<(usize, Vec<K>)> = Vec::new();
     let mut limb_buf = vec![0u64; K::LIMBS];
     for _ in 0..sections {
-        let p = u32_at(take(4)?);
-        let n = u32_at(take(4)?);
+        let p = le_u32(take(4)?, 0) as usize;
+        let n = le_u32(take(4)?, 0) as usize;
         if out.last().is_some_and(|&(q, _)| q >= p) || held.binary_search(&p).is_err() {
             return Err(bad(format!("partition {p} is out of order or not one this store holds")));
         }
         let data = take(n.checked_mul(8 * K::LIMBS).ok_or_else(|| bad(format!("{n} keys overflow")))?)?;
         let mut keys = Vec::with_capacity(n);
         for chunk in data.chunks_exact(8 * K::LIMBS) {
-            for (i, l) in chunk.chunks_exact(8).enumerate() {
-                limb_buf[i] = u64::from_le_bytes(l.try_into().expect("8 bytes"));
+            for (i, limb) in limb_buf.iter_mut().enumerate() {
+                *limb = le_u64(chunk, 8 * i);
             }
             keys.push(K::from_limbs(&limb_buf));
         }
