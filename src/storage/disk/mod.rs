@@ -745,8 +745,9 @@ impl<K: StateKey> DiskStore<K> {
         self.opts.held.as_ref().is_none_or(|h| h.binary_search(&p).is_ok())
     }
 
-    /// Deletes the files of layers `n >= sealed` (`p{p}/L{n}.shard`, and
-    /// their leftover temporaries) of every partition.
+    /// Deletes the files of layers `n >= sealed`: every partition's
+    /// `p{p}/L{n}.shard`, the side's `L{n}.pack`, and their leftover
+    /// temporaries.
     fn remove_stale_layers(&self, side: Side, sealed: usize) -> Result<(), StorageError> {
         let list = |d: &Path| match fs::read_dir(d) {
             Ok(e) => e.map(|e| e.map(|e| e.path()).map_err(io(d, "listing"))).collect::<Result<Vec<_>, _>>(),
