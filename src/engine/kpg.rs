@@ -25,7 +25,7 @@
 //! the dead normalized squares (regions are disjoint). One bit test, no flood.
 
 use super::search::Progress;
-use super::{EngineError, PatternCheck, Problem, Side};
+use super::{EngineError, PatternCheck, PatternQuery, Problem, Side, QUERY_WORDS};
 use crate::model::board::Board;
 use crate::model::bounds::LowerBounds;
 use crate::model::key::KeyWidth;
@@ -344,6 +344,24 @@ impl PatternCheck for DeadlockTables {
     fn is_deadlock(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool {
         self.index[side.index()].any_subset(boxes, moved, player)
     }
+
+    #[inline]
+    fn prepare(&self, side: Side, boxes: &[u16], query: &mut PatternQuery) {
+        self.index[side.index()].ranks_of(boxes, &mut query.words);
+    }
+
+    #[inline]
+    fn is_deadlock_after(
+        &self,
+        side: Side,
+        query: &PatternQuery,
+        _boxes: &[u16],
+        from: u16,
+        moved: u16,
+        player: u16,
+    ) -> bool {
+        self.index[side.index()].any_subset_after(&query.words, from, moved, player)
+    }
 }
 
 /// Every pattern of one side (all k), indexed for the subset query "does a
@@ -387,9 +405,6 @@ struct TrieNode {
 
 const NO_NODE: u32 = u32::MAX;
 const NO_PATTERN: u32 = u32::MAX - 1;
-/// Rank bitset words a query keeps on the stack: the floor limit of the key
-/// spaces ([`crate::model::key::MAX_FLOOR_SQUARES`]) fits.
-const QUERY_WORDS: usize = crate::model::key::MAX_FLOOR_SQUARES.div_ceil(64);
 
 impl PatternTrie {
     fn new<'a>(floor: usize, sets: impl Iterator<Item = (usize, &'a PatternSet)>) -> Self {
@@ -491,6 +506,31 @@ impl PatternTrie {
                 ranks[r as usize / 64] |= 1 << (r % 64);
             }
         }
+        self.walk(root, &ranks[..self.row], player)
+    }
+
+    /// The rank bits of `boxes`, for [`any_subset_after`](Self::any_subset_after).
+    #[inline]
+    fn ranks_of(&self, boxes: &[u16], ranks: &mut [u64; QUERY_WORDS]) {
+        ranks[..self.row].fill(0);
+        for &b in boxes {
+            let r = self.rank[b as usize];
+            ranks[r as usize / 64] |= 1 << (r % 64);
+        }
+    }
+
+    /// [`any_subset`](Self::any_subset) of the box set that `parent` (the rank
+    /// bits of [`ranks_of`](Self::ranks_of)) becomes when its box on `from`
+    /// moves onto `moved`: the others are the parent's boxes but `from`.
+    #[inline]
+    fn any_subset_after(&self, parent: &[u64; QUERY_WORDS], from: u16, moved: u16, player: u16) -> bool {
+        let root = match self.roots.get(moved as usize) {
+            Some(&root) if root != NO_NODE => root,
+            _ => return false,
+        };
+        let mut ranks = *parent;
+        let r = self.rank[from as usize];
+        ranks[r as usize / 64] &= !(1 << (r % 64));
         self.walk(root, &ranks[..self.row], player)
     }
 

@@ -170,6 +170,43 @@ pub trait PatternCheck: Send + Sync {
     /// `player` any square of the player's region) can be dropped by the search
     /// on `side`.
     fn is_deadlock(&self, side: Side, boxes: &[u16], moved: u16, player: u16) -> bool;
+
+    /// Readies `query` for the successors of one state on `side` (`boxes`, its
+    /// sorted box set): what [`is_deadlock_after`](Self::is_deadlock_after)
+    /// would otherwise redo for every successor.
+    fn prepare(&self, _side: Side, _boxes: &[u16], _query: &mut PatternQuery) {}
+
+    /// [`is_deadlock`](Self::is_deadlock) of the successor that moved a box of
+    /// the state `query` was prepared for from `from` onto `moved` (`boxes`,
+    /// the successor's box set).
+    fn is_deadlock_after(
+        &self,
+        side: Side,
+        _query: &PatternQuery,
+        boxes: &[u16],
+        _from: u16,
+        moved: u16,
+        player: u16,
+    ) -> bool {
+        self.is_deadlock(side, boxes, moved, player)
+    }
+}
+
+/// Words of a [`PatternQuery`]: one bit per floor square up to the key
+/// spaces' limit ([`crate::model::key::MAX_FLOOR_SQUARES`]).
+pub const QUERY_WORDS: usize = crate::model::key::MAX_FLOOR_SQUARES.div_ceil(64);
+
+/// What a [`PatternCheck`] keeps of one state between its successors' checks:
+/// a bitset of its boxes, in whatever order of squares the check reads.
+#[derive(Clone, Copy)]
+pub struct PatternQuery {
+    pub words: [u64; QUERY_WORDS],
+}
+
+impl Default for PatternQuery {
+    fn default() -> Self {
+        PatternQuery { words: [0; QUERY_WORDS] }
+    }
 }
 
 /// The model's [`Join`](crate::model::pairs::Join) on rayon's threads: both
@@ -274,8 +311,12 @@ impl<K: StateKey> Problem<K> {
         let bound = self.bound.as_ref();
         // the kept move's bound, from `keep` to `on_move` (called right after it)
         let last_h = std::cell::Cell::new(0u32);
+        let mut query = PatternQuery::default();
+        if let Some(pc) = patterns {
+            pc.prepare(side, &boxes, &mut query);
+        }
         let keep = |next: &[u16], from: u16, moved: u16, p: u16| {
-            if patterns.is_some_and(|pc| pc.is_deadlock(side, next, moved, p)) {
+            if patterns.is_some_and(|pc| pc.is_deadlock_after(side, &query, next, from, moved, p)) {
                 return false;
             }
             let Some(b) = bound else { return true };

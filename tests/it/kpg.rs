@@ -6,7 +6,7 @@ use crate::reference::reference_pushes;
 use proptest::prelude::*;
 use sokoshard::engine::kpg::{unpack, DeadPlayers, DeadlockTables};
 use sokoshard::engine::search::NoProgress;
-use sokoshard::engine::{PatternCheck, Side};
+use sokoshard::engine::{PatternCheck, PatternQuery, Side};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::split_collection;
 use sokoshard::model::rules::{for_each_pull_kept, for_each_push_kept, normalize_player, Pruning, Scratch};
@@ -282,7 +282,9 @@ fn player_bitsets_agree_with_flooding() {
 
 /// The trie walk must answer exactly what scanning every pattern answers:
 /// on real tables (k up to 4, player-dependent patterns included), for box
-/// sets built around patterns (so that hits are common) and random ones.
+/// sets built around patterns (so that hits are common) and random ones; the
+/// check prepared once per parent state (as the search runs it) answers the
+/// same.
 #[test]
 fn trie_check_agrees_with_a_scan_of_every_pattern() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/levels/Microban_155.xsb");
@@ -329,10 +331,26 @@ fn trie_check_agrees_with_a_scan_of_every_pattern() {
                     break p;
                 }
             };
+            // the parent the moved box came from: `from`, any other free square
+            let from = loop {
+                let f = next(floor) as u16;
+                if !boxes.contains(&f) {
+                    break f;
+                }
+            };
+            let mut parent: Vec<u16> = boxes.iter().map(|&b| if b == moved { from } else { b }).collect();
+            parent.sort_unstable();
             for side in [Side::Forward, Side::Backward] {
                 let fast = tables.is_deadlock(side, &boxes, moved, player);
                 let scan = tables.is_deadlock_by_scan(side, &boxes, moved, player);
                 assert_eq!(fast, scan, "level {index}, {side:?}, boxes {boxes:?}, moved {moved}, player {player}");
+                let mut query = PatternQuery::default();
+                tables.prepare(side, &parent, &mut query);
+                let after = tables.is_deadlock_after(side, &query, &boxes, from, moved, player);
+                assert_eq!(
+                    after, scan,
+                    "prepared from {parent:?}: level {index}, {side:?}, boxes {boxes:?}, moved {moved}"
+                );
                 checks += 1;
                 hits += fast as usize;
             }
