@@ -495,18 +495,10 @@ impl PatternTrie {
 
     #[inline]
     fn any_subset(&self, boxes: &[u16], moved: u16, player: u16) -> bool {
-        let root = match self.roots.get(moved as usize) {
-            Some(&root) if root != NO_NODE => root,
-            _ => return false,
-        };
+        // the boxes' ranks but the moved one's: as if it had moved onto itself
         let mut ranks = [0u64; QUERY_WORDS];
-        for &b in boxes {
-            if b != moved {
-                let r = self.rank[b as usize];
-                ranks[r as usize / 64] |= 1 << (r % 64);
-            }
-        }
-        self.walk(root, &ranks[..self.row], player)
+        self.ranks_of(boxes, &mut ranks);
+        self.any_subset_after(&ranks, moved, moved, player)
     }
 
     /// The rank bits of `boxes`, for [`any_subset_after`](Self::any_subset_after).
