@@ -24,6 +24,9 @@ pub struct BitGrid {
     /// Goals, and squares a pushed box can never leave for a goal.
     pub goal: Vec<u64>,
     pub dead: Vec<u64>,
+    /// The doubling steps a row fill needs: the longest run of floor squares
+    /// in a row is at most `1 << fill_steps` (a free run lies in a floor run).
+    pub fill_steps: u32,
 }
 
 /// The word and the mask of bit `p` (`row * 64 + column`).
@@ -64,7 +67,9 @@ impl BitGrid {
             }
             out
         };
-        Some(BitGrid { goal: mask(is_goal), dead: mask(dead), floor, pos, at })
+        let longest = floor.iter().map(|&w| longest_run(w)).max().unwrap_or(0);
+        let fill_steps = longest.next_power_of_two().trailing_zeros();
+        Some(BitGrid { goal: mask(is_goal), dead: mask(dead), floor, pos, at, fill_steps })
     }
 
     #[inline]
@@ -112,9 +117,30 @@ impl BitGrid {
     /// true as soon as `out` takes in the square `(row, bit)` of `target`.
     #[inline]
     fn scan<const STOP: bool>(&self, occ: &[u64], r0: usize, seed: u64, out: &mut [u64], target: (usize, u64)) -> bool {
+        // the row fill's doubling steps fixed per board width class: a narrow
+        // board's rows need three or four, not six
+        match self.fill_steps {
+            0..=3 => self.scan_in::<STOP, 3>(occ, r0, seed, out, target),
+            4 => self.scan_in::<STOP, 4>(occ, r0, seed, out, target),
+            5 => self.scan_in::<STOP, 5>(occ, r0, seed, out, target),
+            _ => self.scan_in::<STOP, 6>(occ, r0, seed, out, target),
+        }
+    }
+
+    /// [`scan`](Self::scan) with row fills of `STEPS` doubling steps.
+    #[inline]
+    fn scan_in<const STOP: bool, const STEPS: u32>(
+        &self,
+        occ: &[u64],
+        r0: usize,
+        seed: u64,
+        out: &mut [u64],
+        target: (usize, u64),
+    ) -> bool {
         const DEPTH: usize = 64;
         out.fill(0);
         let free = |r: usize| self.floor[r] & !occ[r];
+        let fill_row = fill_row_in::<STEPS>;
         let (tr, tb) = target;
         out[r0] = fill_row(free(r0), seed);
         if STOP && out[tr] & tb != 0 {
@@ -225,19 +251,31 @@ impl BitGrid {
 /// (Kogge-Stone) gives the rest down to the run's bottom.
 #[inline]
 pub fn fill_row(free: u64, seed: u64) -> u64 {
+    fill_row_in::<6>(free, seed)
+}
+
+/// [`fill_row`] for rows whose runs are at most `1 << STEPS` long: the
+/// doubling shifts 1, 2, .. `1 << (STEPS - 1)` reach `(1 << STEPS) - 1`
+/// squares down, the most a run that long needs.
+#[inline(always)]
+pub fn fill_row_in<const STEPS: u32>(free: u64, seed: u64) -> u64 {
     let mut g = (free & !free.wrapping_add(seed)) | seed;
     let mut p = free;
-    g |= p & (g >> 1);
-    p &= p >> 1;
-    g |= p & (g >> 2);
-    p &= p >> 2;
-    g |= p & (g >> 4);
-    p &= p >> 4;
-    g |= p & (g >> 8);
-    p &= p >> 8;
-    g |= p & (g >> 16);
-    p &= p >> 16;
-    g | (p & (g >> 32))
+    for k in 0..STEPS {
+        g |= p & (g >> (1 << k));
+        p &= p >> (1 << k);
+    }
+    g
+}
+
+/// The longest run of set bits in `w`.
+fn longest_run(mut w: u64) -> u32 {
+    let mut n = 0;
+    while w != 0 {
+        w &= w << 1;
+        n += 1;
+    }
+    n
 }
 
 #[cfg(test)]
@@ -283,6 +321,28 @@ mod tests {
             prop_assert_eq!(fill_row(free, seed & free), fill_row_simple(free, seed));
         }
 
+        /// With runs at most `1 << steps` long (a clear bit every `(1 << steps) + 1`
+        /// places cuts the longer ones), the shorter fills take the same runs.
+        #[test]
+        fn fewer_steps_fill_runs_that_fit(free in any::<u64>(), seed in any::<u64>(), at in 0u32..64) {
+            for steps in 0..=6u32 {
+                let cut = (0..64).step_by((1 << steps) + 1).fold(0u64, |c, i| c | 1u64.rotate_left(i + at));
+                let free = if steps == 6 { free } else { free & !cut };
+                prop_assert!(longest_run(free) <= 1 << steps);
+                let want = fill_row_simple(free, seed);
+                let got = match steps {
+                    0 => fill_row_in::<0>(free, seed & free),
+                    1 => fill_row_in::<1>(free, seed & free),
+                    2 => fill_row_in::<2>(free, seed & free),
+                    3 => fill_row_in::<3>(free, seed & free),
+                    4 => fill_row_in::<4>(free, seed & free),
+                    5 => fill_row_in::<5>(free, seed & free),
+                    _ => fill_row_in::<6>(free, seed & free),
+                };
+                prop_assert_eq!(got, want, "steps {}", steps);
+            }
+        }
+
         /// Random grids up to the full 64 columns, walls around the edge as in a
         /// level, boxes as `occ`: the bit flood matches the square-by-square one.
         #[test]
@@ -292,61 +352,85 @@ mod tests {
             seed in any::<u64>(),
             density in 0u32..100,
         ) {
-            let mut rng = seed;
-            let mut next = || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng };
-            let mut floor = vec![vec![false; w]; h];
-            let mut occ = vec![vec![false; w]; h];
-            let mut cells = Vec::new();
-            for (r, row) in floor.iter_mut().enumerate() {
-                for (c, sq) in row.iter_mut().enumerate() {
-                    if r > 0 && r + 1 < h && c > 0 && c + 1 < w && (next() % 100) as u32 >= density / 2 {
-                        *sq = true;
-                        cells.push(r * w + c);
-                        occ[r][c] = (next() % 100) < 20;
-                    }
-                }
-            }
-            let none = vec![false; cells.len()];
-            let Some(g) = BitGrid::new(w, h, &cells, &none, &none) else { unreachable!() };
-            let occ_bits: Vec<u64> = (0..h)
-                .map(|r| (0..w).filter(|&c| occ[r][c]).fold(0u64, |a, c| a | 1 << c))
-                .collect();
-            let free: Vec<Vec<bool>> =
-                (0..h).map(|r| (0..w).map(|c| floor[r][c] && !occ[r][c]).collect()).collect();
-            let mut out = vec![0u64; h];
-            for (f, &c) in cells.iter().enumerate() {
-                let (r, col) = (c / w, c % w);
-                if !free[r][col] || f % 7 != 0 {
-                    continue;
-                }
-                g.flood(&occ_bits, f as u16, &mut out);
-                let want = flood_simple(&free, (r, col));
-                for (rr, row) in want.iter().enumerate() {
-                    for (cc, &square) in row.iter().enumerate() {
-                        prop_assert_eq!(out[rr] >> cc & 1 == 1, square, "row {} column {}", rr, cc);
-                    }
-                }
-                // the sweeps alone (what finishes a flood whose stack fills)
-                let mut swept = vec![0u64; h];
-                swept[r] = fill_row(g.floor[r] & !occ_bits[r], 1 << col);
-                g.sweep(&occ_bits, &mut swept);
-                prop_assert_eq!(&swept, &out);
-                let lowest = cells.iter().position(|&c| want[c / w][c % w]).map_or(NONE, |i| i as u16);
-                prop_assert_eq!(g.lowest(&out), lowest);
-                // stopped at a target: true exactly when the region holds
-                // it, with a part of the region holding it; else the region
-                let target = (f * 5 + 3) % cells.len();
-                let held = want[cells[target] / w][cells[target] % w];
-                let mut part = vec![0u64; h];
-                prop_assert_eq!(g.flood_until(&occ_bits, f as u16, target as u16, &mut part), held);
-                let (tr, tb) = g.word_bit(target as u16);
-                if held {
-                    prop_assert!(part.iter().zip(&out).all(|(p, o)| p & !o == 0) && part[tr] & tb != 0);
-                } else {
-                    prop_assert_eq!(&part, &out);
+            check_floods(w, h, seed, density)?;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Tall boards (a stack of rows deeper than on any square board).
+        #[test]
+        fn tall_boards_flood_as_square_by_square(
+            w in 3usize..=10,
+            h in 60usize..=80,
+            seed in any::<u64>(),
+            density in 0u32..100,
+        ) {
+            check_floods(w, h, seed, density)?;
+        }
+    }
+
+    /// A random `w` by `h` grid: every seventh square's flood (whole, by
+    /// sweeps, stopped at a target) against the square-by-square flood.
+    fn check_floods(w: usize, h: usize, seed: u64, density: u32) -> Result<(), TestCaseError> {
+        let mut rng = seed;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut floor = vec![vec![false; w]; h];
+        let mut occ = vec![vec![false; w]; h];
+        let mut cells = Vec::new();
+        for (r, row) in floor.iter_mut().enumerate() {
+            for (c, sq) in row.iter_mut().enumerate() {
+                if r > 0 && r + 1 < h && c > 0 && c + 1 < w && (next() % 100) as u32 >= density / 2 {
+                    *sq = true;
+                    cells.push(r * w + c);
+                    occ[r][c] = (next() % 100) < 20;
                 }
             }
         }
+        let none = vec![false; cells.len()];
+        let Some(g) = BitGrid::new(w, h, &cells, &none, &none) else { unreachable!() };
+        let occ_bits: Vec<u64> = (0..h).map(|r| (0..w).filter(|&c| occ[r][c]).fold(0u64, |a, c| a | 1 << c)).collect();
+        let free: Vec<Vec<bool>> = (0..h).map(|r| (0..w).map(|c| floor[r][c] && !occ[r][c]).collect()).collect();
+        let mut out = vec![0u64; h];
+        for (f, &c) in cells.iter().enumerate() {
+            let (r, col) = (c / w, c % w);
+            if !free[r][col] || f % 7 != 0 {
+                continue;
+            }
+            g.flood(&occ_bits, f as u16, &mut out);
+            let want = flood_simple(&free, (r, col));
+            for (rr, row) in want.iter().enumerate() {
+                for (cc, &square) in row.iter().enumerate() {
+                    prop_assert_eq!(out[rr] >> cc & 1 == 1, square, "row {} column {}", rr, cc);
+                }
+            }
+            // the sweeps alone (what finishes a flood whose stack fills)
+            let mut swept = vec![0u64; h];
+            swept[r] = fill_row(g.floor[r] & !occ_bits[r], 1 << col);
+            g.sweep(&occ_bits, &mut swept);
+            prop_assert_eq!(&swept, &out);
+            let lowest = cells.iter().position(|&c| want[c / w][c % w]).map_or(NONE, |i| i as u16);
+            prop_assert_eq!(g.lowest(&out), lowest);
+            // stopped at a target: true exactly when the region holds
+            // it, with a part of the region holding it; else the region
+            let target = (f * 5 + 3) % cells.len();
+            let held = want[cells[target] / w][cells[target] % w];
+            let mut part = vec![0u64; h];
+            prop_assert_eq!(g.flood_until(&occ_bits, f as u16, target as u16, &mut part), held);
+            let (tr, tb) = g.word_bit(target as u16);
+            if held {
+                prop_assert!(part.iter().zip(&out).all(|(p, o)| p & !o == 0) && part[tr] & tb != 0);
+            } else {
+                prop_assert_eq!(&part, &out);
+            }
+        }
+        Ok(())
     }
 
     #[test]
