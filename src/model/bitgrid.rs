@@ -152,15 +152,24 @@ impl BitGrid {
         let mut overflow = false;
         while len > 0 {
             len -= 1;
-            let r = stack[len] as usize;
-            let bits = out[r];
-            // rows 0 and the last hold only walls (a level is closed); the
-            // row above is pushed last, so it is popped first
-            for nr in [r + 1, r - 1] {
-                let s = bits & free(nr) & !out[nr];
+            let r = stack[len % DEPTH] as usize;
+            // rows 0 and the last hold only walls (a level is closed), so a
+            // region row has a row on each side: the three rows as arrays
+            // (one bounds check each, not one per access)
+            let rows3 = (
+                <&mut [u64; 3]>::try_from(&mut out[r - 1..r + 2]),
+                <&[u64; 3]>::try_from(&self.floor[r - 1..r + 2]),
+                <&[u64; 3]>::try_from(&occ[r - 1..r + 2]),
+            );
+            let (Ok(o), Ok(f), Ok(c)) = rows3 else { unreachable!("three rows are three rows") };
+            let bits = o[1];
+            // the row above is pushed last, so it is popped first
+            for (i, nr) in [(2, r + 1), (0, r - 1)] {
+                let free = f[i] & !c[i];
+                let s = bits & free & !o[i];
                 if s != 0 {
-                    out[nr] |= fill_row(free(nr), s);
-                    if STOP && nr == tr && out[nr] & tb != 0 {
+                    o[i] |= fill_row(free, s);
+                    if STOP && nr == tr && o[i] & tb != 0 {
                         return true;
                     }
                     if len < DEPTH {
