@@ -2,7 +2,7 @@
 //! their fences, and the restriction of the forward moves to the pushes into one.
 
 use super::*;
-use crate::model::bitgrid::{beside, BitGrid};
+use crate::model::bitgrid::{beside, rows3, BitGrid};
 
 /// Buffers of the PI-corral search.
 #[derive(Debug, Clone, Default)]
@@ -65,12 +65,6 @@ pub(super) struct RowTest {
     bad: [u64; DIRS],
 }
 
-/// Rows `r - 1`, `r` and `r + 1` of a bitboard.
-#[inline]
-fn rows3(r: usize, x: impl Fn(usize) -> u64) -> [u64; 3] {
-    [x(r - 1), x(r), x(r + 1)]
-}
-
 /// [`RowTest`] of row `r` of the corral `u` with fence `fence` (player's
 /// region `reach`).
 fn test_row(g: &BitGrid, reach: &[u64], u: &[u64], fence: &[u64], r: usize) -> RowTest {
@@ -78,10 +72,11 @@ fn test_row(g: &BitGrid, reach: &[u64], u: &[u64], fence: &[u64], r: usize) -> R
     if fence[r] == 0 {
         return t;
     }
+    let (floor, fenced, dead) = (rows3(&g.floor, r), rows3(fence, r), rows3(&g.dead, r));
+    let (corral, reached) = (rows3(u, r), rows3(reach, r));
     // never now: a wall, a fence box or the corral
-    let never = rows3(r, |r| !g.floor[r] | fence[r] | u[r]);
-    let (corral, reached) = (rows3(r, |r| u[r]), rows3(r, |r| reach[r]));
-    let closed = rows3(r, |r| !g.floor[r] | fence[r] | g.dead[r]);
+    let never: [u64; 3] = std::array::from_fn(|i| !floor[i] | fenced[i] | corral[i]);
+    let closed: [u64; 3] = std::array::from_fn(|i| !floor[i] | fenced[i] | dead[i]);
     // the squares of row `r` whose neighbour in direction `d` is set in `x`
     let toward = |x: &[u64; 3], d: usize| match d {
         0 => x[0],
@@ -91,11 +86,11 @@ fn test_row(g: &BitGrid, reach: &[u64], u: &[u64], fence: &[u64], r: usize) -> R
     };
     for d in 0..DIRS {
         let behind_never = toward(&never, opposite(d));
-        let into = fence[r] & toward(&corral, d);
+        let into = fenced[1] & toward(&corral, d);
         t.legal[d] = into & !behind_never & toward(&reached, opposite(d));
         let bad_in = into & !behind_never & !t.legal[d];
         let out_ok = toward(&closed, d) | behind_never;
-        t.bad[d] = bad_in | (fence[r] & !into & !out_ok);
+        t.bad[d] = bad_in | (fenced[1] & !into & !out_ok);
     }
     t
 }
@@ -393,14 +388,17 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
             let fence = &mut c.fence_bits[at..];
             let mut first_box = None;
             let (mut top, mut bottom, mut off_goal) = (rows, 0, false);
+            // every buffer cut to `rows` so the loop's indices need no checks
+            let (left, area, fence) = (&mut left[..rows], &area[..rows], &mut fence[..rows]);
+            let (occ, goal) = (&occ[..rows], &g.goal[..rows]);
             for rr in 1..rows - 1 {
                 left[rr] &= !area[rr];
-                goal_inside |= area[rr] & g.goal[rr] != 0;
+                goal_inside |= area[rr] & goal[rr] != 0;
                 if area[rr] != 0 {
                     (top, bottom) = (top.min(rr), rr);
                 }
                 fence[rr] = beside(area, rr) & occ[rr];
-                off_goal |= fence[rr] & !g.goal[rr] != 0;
+                off_goal |= fence[rr] & !goal[rr] != 0;
                 if first_box.is_none() && fence[rr] != 0 {
                     first_box = Some(g.at[rr * 64 + fence[rr].trailing_zeros() as usize]);
                 }

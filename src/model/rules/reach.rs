@@ -3,7 +3,7 @@
 //! and incrementally after a move.
 
 use super::*;
-use crate::model::bitgrid::{word_bit_of, BitGrid};
+use crate::model::bitgrid::{rows3, word_bit_of, BitGrid};
 
 /// Per-thread buffers for generation.
 #[derive(Debug, Clone)]
@@ -469,8 +469,9 @@ pub(super) fn ring_connected_bits(g: &BitGrid, occ: &[u64], f: u16) -> bool {
     let (r, bit) = g.word_bit(f);
     let c = bit.trailing_zeros();
     // columns c - 1, c and c + 1 of row `r` as bits 0, 1 and 2
-    let three = |r: usize| ((((g.floor[r] & !occ[r]) as u128) << 1) >> c) as u8 & 7;
-    let (up, mid, down) = (three(r - 1), three(r), three(r + 1));
+    let (floor, boxes) = (rows3(&g.floor, r), rows3(occ, r));
+    let three = |i: usize| ((((floor[i] & !boxes[i]) as u128) << 1) >> c) as u8 & 7;
+    let (up, mid, down) = (three(0), three(1), three(2));
     // clockwise from the north: n, ne, e, se, s, sw, w, nw
     let ring = (up >> 1 & 1)
         | (up >> 2 & 1) << 1
