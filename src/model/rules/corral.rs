@@ -135,7 +135,7 @@ impl Corrals {
             self.map_stamp += 1;
             self.area_at.resize(g.pos.len(), (0, 0));
             let (area_at, stamp) = (&mut self.area_at, self.map_stamp);
-            for (a, area) in self.area_bits.chunks(rows).enumerate() {
+            for (a, area) in self.area_bits.chunks(rows).take(self.areas.len()).enumerate() {
                 g.for_each(area, |f| area_at[f as usize] = (stamp, a as u16));
             }
         }
@@ -356,15 +356,16 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
     let rows = g.rows();
     let (occ, reach) = (&sc.occ_bits, &sc.reach_bits);
     let c = &mut sc.corral;
+    // every buffer below is written before it is read (the edge rows of the
+    // fences only ever hold zeros), so they keep their length from state to
+    // state instead of being zeroed again: `area_bits` and `fence_bits` hold
+    // `areas.len()` blocks of rows in front, stale ones after
     for v in [&mut c.corral_bits, &mut c.corral_fence] {
-        v.clear();
         v.resize(rows, 0);
     }
     c.areas.clear();
     c.span.clear();
     c.order.clear();
-    c.area_bits.clear();
-    c.fence_bits.clear();
     // label the areas: every area touches a box (the floor is connected), so
     // each is flooded from a free unreached square beside a box
     // (the corral's fence rows hold the squares not yet in an area meanwhile)
@@ -379,13 +380,15 @@ fn pi_corral_pushes_bits(board: &Board, g: &BitGrid, sc: &mut Scratch) -> bool {
     }
     for r in 1..rows - 1 {
         while left[r] != 0 {
-            let at = c.area_bits.len();
-            c.area_bits.resize(at + rows, 0);
-            let area = &mut c.area_bits[at..];
+            let at = c.areas.len() * rows;
+            if c.area_bits.len() < at + rows {
+                c.area_bits.resize(at + rows, 0);
+                c.fence_bits.resize(at + rows, 0);
+            }
+            let area = &mut c.area_bits[at..at + rows];
             g.flood_from(occ, r, left[r] & left[r].wrapping_neg(), area);
             let mut goal_inside = false;
-            c.fence_bits.resize(at + rows, 0);
-            let fence = &mut c.fence_bits[at..];
+            let fence = &mut c.fence_bits[at..at + rows];
             let mut first_box = None;
             let (mut top, mut bottom, mut off_goal) = (rows, 0, false);
             // every buffer cut to `rows` so the loop's indices need no checks
