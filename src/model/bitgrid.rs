@@ -164,12 +164,10 @@ impl BitGrid {
             // rows 0 and the last hold only walls (a level is closed), so a
             // region row has a row on each side: the three rows as arrays
             // (one bounds check each, not one per access)
-            let rows3 = (
-                <&mut [u64; 3]>::try_from(&mut out[r - 1..r + 2]),
-                <&[u64; 3]>::try_from(&self.floor[r - 1..r + 2]),
-                <&[u64; 3]>::try_from(&occ[r - 1..r + 2]),
-            );
-            let (Ok(o), Ok(f), Ok(c)) = rows3 else { unreachable!("three rows are three rows") };
+            let (f, c) = (rows3(&self.floor, r), rows3(occ, r));
+            let Ok(o) = <&mut [u64; 3]>::try_from(&mut out[r - 1..r + 2]) else {
+                unreachable!("three rows are three rows")
+            };
             let bits = o[1];
             // the row above is pushed last, so it is popped first
             for (i, nr) in [(2, r + 1), (0, r - 1)] {
