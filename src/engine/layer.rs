@@ -9,7 +9,8 @@ use super::{EngineError, Excess, Problem, Side, EXCESS_BINS};
 use crate::model::key::StateKey;
 use crate::model::rules::Scratch;
 use rayon::prelude::*;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// What the expand phase did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,67 +45,119 @@ pub fn expand<K: StateKey>(
     exchange: &dyn Exchange<K>,
     cancel: &AtomicBool,
 ) -> Result<Option<ExpandStats>, EngineError> {
-    let expanded = AtomicU64::new(0);
-    let generated = AtomicU64::new(0);
-    let excess = std::sync::Mutex::new([0u64; EXCESS_BINS]);
     let depth = layer as u32 + 1;
     let parts = partitioner.count();
     let batch = exchange.route_batch().max(1);
-    partitions.par_iter().try_for_each_init(
-        || Scratch::new(&problem.board),
-        |sc, &p| -> Result<(), EngineError> {
-            if cancel.load(Ordering::Relaxed) {
+    let threads = rayon::current_num_threads();
+    // the unit of work is a chunk of a partition, not the partition: states
+    // of one layer differ in cost (Microban I #153: 0.9 to 2 µs a state from
+    // one partition to the next), and with whole partitions a thread sat idle
+    // for up to a partition at the end of a layer
+    let group = CHUNKS_PER_THREAD * threads;
+    let lanes = Mutex::new(Vec::<Lane<K>>::new());
+    let failed = Mutex::new(None::<EngineError>);
+    let abort = AtomicBool::new(false);
+    let stop = || cancel.load(Ordering::Relaxed) || abort.load(Ordering::Relaxed);
+    let fail = |e: EngineError| {
+        abort.store(true, Ordering::Relaxed);
+        lock(&failed).get_or_insert(e);
+    };
+    let run = |keys: &[K]| {
+        let mut lane = lock(&lanes).pop().unwrap_or_else(|| Lane::new(&problem.board, parts));
+        let mut route_err = None;
+        for key in keys {
+            lane.expanded += 1;
+            let Lane { sc, buckets, over, generated, .. } = &mut lane;
+            problem.expand(side, key, sc, depth, over, |succ, _| {
+                *generated += 1;
+                let q = partitioner.of(&succ);
+                let b = &mut buckets[q];
+                b.push(succ);
+                if b.len() >= batch && route_err.is_none() {
+                    if let Err(e) = exchange.send(q, std::mem::take(b)) {
+                        route_err = Some(e);
+                    }
+                }
+            });
+            if route_err.is_some() {
+                break;
+            }
+        }
+        lock(&lanes).push(lane);
+        if let Some(e) = route_err {
+            fail(e.into());
+        }
+    };
+    partitions.par_iter().for_each(|&p| {
+        // chunks are copied out a group at a time (the store hands out
+        // borrowed chunks one by one) and spread over the threads
+        let mut held: Vec<Vec<K>> = Vec::new();
+        let result = store.for_each_chunk(side, layer, p, &mut |chunk| {
+            if stop() {
                 return Ok(());
             }
-            let mut buckets: Vec<Vec<K>> = (0..parts).map(|_| Vec::new()).collect();
-            let (mut n_exp, mut n_gen) = (0u64, 0u64);
-            let mut over = [0u64; EXCESS_BINS];
-            let mut route_err = None;
-            store.for_each_chunk(side, layer, p, &mut |chunk| {
-                if cancel.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                for key in chunk {
-                    n_exp += 1;
-                    problem.expand(side, key, sc, depth, &mut over, |succ, _| {
-                        n_gen += 1;
-                        let q = partitioner.of(&succ);
-                        let b = &mut buckets[q];
-                        b.push(succ);
-                        if b.len() >= batch && route_err.is_none() {
-                            if let Err(e) = exchange.send(q, std::mem::take(b)) {
-                                route_err = Some(e);
-                            }
-                        }
-                    });
-                }
-                match route_err.take() {
-                    Some(e) => Err(e),
-                    None => Ok(()),
-                }
-            })?;
-            for (q, b) in buckets.into_iter().enumerate() {
-                if !b.is_empty() {
-                    exchange.send(q, b)?;
-                }
-            }
-            expanded.fetch_add(n_exp, Ordering::Relaxed);
-            generated.fetch_add(n_gen, Ordering::Relaxed);
-            if over.iter().any(|&n| n > 0) {
-                let mut all = excess.lock().unwrap_or_else(|e| e.into_inner());
-                all.iter_mut().zip(over).for_each(|(a, o)| *a += o);
+            held.push(chunk.to_vec());
+            if held.len() >= group {
+                held.par_iter().for_each(|c| run(c));
+                held.clear();
             }
             Ok(())
-        },
-    )?;
+        });
+        match result {
+            Ok(()) => held.par_iter().for_each(|c| run(c)),
+            Err(e) => fail(e.into()),
+        }
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    // every lane's partial batches, and the counts
+    let (mut expanded, mut generated, mut excess) = (0, 0, [0u64; EXCESS_BINS]);
+    for lane in lanes.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        for (q, b) in lane.buckets.into_iter().enumerate() {
+            if !b.is_empty() {
+                exchange.send(q, b)?;
+            }
+        }
+        expanded += lane.expanded;
+        generated += lane.generated;
+        excess.iter_mut().zip(lane.over).for_each(|(a, o)| *a += o);
+    }
     if cancel.load(Ordering::Relaxed) {
         return Ok(None);
     }
-    Ok(Some(ExpandStats {
-        expanded: expanded.into_inner(),
-        generated: generated.into_inner(),
-        excess: excess.into_inner().unwrap_or_else(|e| e.into_inner()),
-    }))
+    Ok(Some(ExpandStats { expanded, generated, excess }))
+}
+
+/// Chunks of a partition handed to the threads at a time, per thread.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// What one thread expanding holds: its scratch, a batch per owner partition
+/// and its counts. Lanes are pooled, not made per chunk, so that batches fill
+/// across chunks and the exchange gets full batches however finely the work
+/// is split (as many lanes as threads ever expand at once).
+struct Lane<K> {
+    sc: Scratch,
+    buckets: Vec<Vec<K>>,
+    expanded: u64,
+    generated: u64,
+    over: Excess,
+}
+
+impl<K> Lane<K> {
+    fn new(board: &crate::model::board::Board, parts: usize) -> Self {
+        Lane {
+            sc: Scratch::new(board),
+            buckets: (0..parts).map(|_| Vec::new()).collect(),
+            expanded: 0,
+            generated: 0,
+            over: [0; EXCESS_BINS],
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Merges the candidates delivered to `partitions` into the next layer of `side`

@@ -153,3 +153,85 @@ fn microban_push_counts_match_truth() {
         assert!(v.valid && v.pushes == *pushes, "level {index}: {v:?}");
     }
 }
+
+/// An exchange that refuses every batch after its first `ok` ones.
+struct RefusingExchange {
+    inner: sokoshard::engine::partition::LocalExchange<u64>,
+    ok: usize,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+impl sokoshard::engine::partition::Exchange<u64> for RefusingExchange {
+    fn send(&self, partition: usize, batch: Vec<u64>) -> Result<(), sokoshard::engine::SeamError> {
+        if self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= self.ok {
+            return Err(sokoshard::engine::SeamError::new(std::io::Error::other("the exchange refused a batch")));
+        }
+        self.inner.send(partition, batch)
+    }
+    fn take(&self, partition: usize) -> Result<Vec<u64>, sokoshard::engine::SeamError> {
+        self.inner.take(partition)
+    }
+    fn clear(&self) {
+        self.inner.clear()
+    }
+    fn buffered_bytes(&self) -> u64 {
+        self.inner.buffered_bytes()
+    }
+    fn route_batch(&self) -> usize {
+        64
+    }
+}
+
+/// The expand phase splits each partition's layer into chunks that any thread
+/// takes, and pools what the threads route: a layer of Microban I #144
+/// (over 100,000 states: several chunks a partition) routes the same successors, with the
+/// same counts, on one thread and on three; and an exchange that fails part
+/// way through fails the phase with its own error on either, rather than
+/// panicking or ending the layer short.
+#[test]
+fn the_expand_phase_routes_the_same_successors_on_any_thread_count_and_fails_with_its_exchange() {
+    use sokoshard::engine::layer::expand;
+    use sokoshard::engine::partition::{Exchange, LocalExchange};
+    use sokoshard::engine::search::LayerBackend;
+    use sokoshard::engine::{Problem, Side};
+    let (_, board) = microban(144);
+    let problem = Problem::<u64>::full(Arc::new(board), Pruning::SOLVE, None);
+    crate::common::with_local_backend(&problem, |backend, cancel| {
+        let (starts, _) = sokoshard::engine::driver::seeds(&problem);
+        backend.seed(Side::Forward, &starts).unwrap();
+        while backend.frontier(Side::Forward).unwrap() < 100_000 {
+            backend.step(Side::Forward, false).unwrap();
+        }
+        let frontier = backend.frontier(Side::Forward).unwrap();
+        let layer = backend.layers(Side::Forward) - 1;
+        let parts: Vec<usize> = (0..backend.partitioner.count()).collect();
+        let run = |threads: usize, exchange: &dyn Exchange<u64>| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                expand(&problem, Side::Forward, layer, &parts, backend.partitioner, backend.store, exchange, cancel)
+            })
+        };
+        let mut first = None;
+        for threads in [1, 3] {
+            let exchange = LocalExchange::<u64>::new(parts.len());
+            let stats = run(threads, &exchange).unwrap().expect("not cancelled");
+            assert_eq!(stats.expanded, frontier, "{threads} threads");
+            let routed: Vec<Vec<u64>> = parts
+                .iter()
+                .map(|&p| {
+                    let mut keys = exchange.take(p).unwrap();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    assert!(keys.iter().all(|k| backend.partitioner.of(k) == p), "a key routed to the wrong partition");
+                    keys
+                })
+                .collect();
+            let got = (stats.generated, routed);
+            assert_eq!(first.get_or_insert_with(|| got.clone()), &got, "{threads} threads");
+
+            let refusing = RefusingExchange { inner: LocalExchange::new(parts.len()), ok: 5, sent: Default::default() };
+            let err = run(threads, &refusing).expect_err("the exchange refused");
+            assert!(err.to_string().contains("the exchange refused a batch"), "{threads} threads: {err}");
+        }
+    });
+}
