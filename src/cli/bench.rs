@@ -10,7 +10,7 @@ use std::process::{Command, ExitCode};
 pub enum BenchCommand {
     /// Engine throughput: generated states per second per thread, bytes per stored
     /// state, peak memory, and the speed-up from 1 to 2 threads.
-    Engine(BenchArgs),
+    Engine(EngineArgs),
     /// k-PG tables: stored states and total time (tables included) for k = 0..=K,
     /// as ratios to k = 0.
     Kpg(KpgArgs),
@@ -70,6 +70,21 @@ pub struct BenchArgs {
     /// Comma-separated 1-based level indices.
     #[arg(long, default_value = "93,123,139,144,146")]
     pub levels: String,
+}
+
+#[derive(clap::Args)]
+pub struct EngineArgs {
+    #[command(flatten)]
+    pub common: BenchArgs,
+    /// Rounds per level, each one thread then two, back to back: times are
+    /// the rounds' medians and the speed-up the median of the rounds' own
+    /// ratios, since a machine's speed can drift within minutes.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+    /// Measure the plain search (`solve --no-bound`) instead of the default
+    /// bounded one.
+    #[arg(long)]
+    pub no_bound: bool,
 }
 
 #[derive(clap::Args)]
@@ -166,38 +181,76 @@ fn f(v: &serde_json::Value, k: &str) -> f64 {
     v[k].as_f64().unwrap_or(0.0)
 }
 
-fn engine(args: BenchArgs) -> Result<ExitCode> {
-    println!("| level | pushes | stored states | generated | 1 thread (s) | 2 threads (s) | generated/s/thread (1 thr) | speed-up 1->2 | bytes/stored state | peak engine bytes/state | peak RSS (MiB) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+fn engine(args: EngineArgs) -> Result<ExitCode> {
+    println!("| level | pushes | stored states | generated | 1 thread (s) | 2 threads (s) | generated/s/thread (1 thr) | speed-up 1->2 | rounds' speed-ups | bytes/stored state | peak engine bytes/state | peak RSS (MiB) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let (mut sum1, mut sum2, mut gen, mut states, mut store) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for level in levels(&args.levels)? {
-        let one = solve_json(&args.file, level, &["--threads", "1"])?;
-        let two = solve_json(&args.file, level, &["--threads", "2"])?;
-        let (t1, t2) = (f(&one, "seconds"), f(&two, "seconds"));
+    let mut all_ratios = Vec::new();
+    let plain: &[&str] = if args.no_bound { &["--no-bound"] } else { &[] };
+    let threads = |t: &'static str| [&["--threads", t][..], plain].concat();
+    for level in levels(&args.common.levels)? {
+        let (mut t1, mut t2, mut ratios, mut first) = (Vec::new(), Vec::new(), Vec::new(), None);
+        for round in 1..=args.rounds {
+            let one = solve_json(&args.common.file, level, &threads("1"))?;
+            let two = solve_json(&args.common.file, level, &threads("2"))?;
+            // the thread count and the rounds must not change the search
+            let first = first.get_or_insert_with(|| one.clone());
+            for (run, v) in [("one thread", &one), ("two threads", &two)] {
+                for k in ["pushes", "states", "generated"] {
+                    if v[k] != first[k] {
+                        bail!(
+                            "level {level}: round {round} on {run} gave {k} {}, round 1 on one thread {}",
+                            v[k],
+                            first[k]
+                        );
+                    }
+                }
+            }
+            t1.push(f(&one, "seconds"));
+            t2.push(f(&two, "seconds"));
+            ratios.push(f(&one, "seconds") / f(&two, "seconds").max(1e-9));
+        }
+        let one = first.expect("at least one round");
+        let (m1, m2, speedup) = (median(&t1), median(&t2), median(&ratios));
         let bytes = f(&one, "store_bytes") / f(&one, "states");
         let peak = f(&one, "peak_memory_bytes") / f(&one, "states");
+        let (lo, hi) = ratios.iter().fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
         println!(
-            "| {level} | {} | {} | {} | {t1:.2} | {t2:.2} | {:.0} | {:.2}x | {bytes:.2} | {peak:.2} | {:.0} |",
+            "| {level} | {} | {} | {} | {m1:.2} | {m2:.2} | {:.0} | {speedup:.2}x | {lo:.2} to {hi:.2} | {bytes:.2} | {peak:.2} | {:.0} |",
             one["pushes"],
             one["states"],
             one["generated"],
-            f(&one, "generated") / t1,
-            t1 / t2,
+            f(&one, "generated") / m1,
             f(&one, "peak_rss_bytes") / 1048576.0
         );
-        sum1 += t1;
-        sum2 += t2;
+        sum1 += m1;
+        sum2 += m2;
         gen += f(&one, "generated");
         states += f(&one, "states");
         store += f(&one, "store_bytes");
+        all_ratios.extend(ratios);
     }
+    let (lo, hi) = all_ratios.iter().fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
     println!(
-        "| all | | {states:.0} | {gen:.0} | {sum1:.2} | {sum2:.2} | {:.0} | {:.2}x | {:.2} | | |",
+        "| all | | {states:.0} | {gen:.0} | {sum1:.2} | {sum2:.2} | {:.0} | {:.2}x | {lo:.2} to {hi:.2} | {:.2} | | |",
         gen / sum1,
         sum1 / sum2,
         store / states
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The median of `v` (not empty): the middle value, or the mean of the two
+/// middle ones.
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
 }
 
 /// The table configurations `bench kpg` compares: no table at all (`--kpg 0`),

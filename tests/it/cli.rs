@@ -306,3 +306,39 @@ fn logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
     assert!(log.contains("k-pg table built"), "{log}");
     assert!(!log.contains('\u{1b}'), "{log:?}");
 }
+
+/// `bench engine --rounds N` runs each level N times on one thread and on
+/// two, checks every run searched the same states, and reports the medians
+/// with the range of the rounds' speed-ups; `--no-bound` measures the plain
+/// search. No rounds at all is refused.
+#[test]
+fn bench_engine_alternates_rounds_and_reports_the_range_of_speed_ups() {
+    let file = repo(MICROBAN);
+    let o = sokoshard(&[
+        "bench",
+        "engine",
+        "--file",
+        file.to_str().unwrap(),
+        "--levels",
+        "1,2",
+        "--rounds",
+        "3",
+        "--no-bound",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let rows: Vec<Vec<&str>> = out.lines().skip(2).map(|l| l.split('|').map(str::trim).collect()).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    // level 1: 8 pushes, the same 14 states on every run
+    assert_eq!((rows[0][1], rows[0][2], rows[0][3]), ("1", "8", "14"), "{out}");
+    assert_eq!(rows[1][1], "2", "{out}");
+    assert_eq!(rows[2][1], "all", "{out}");
+    for row in &rows {
+        let (lo, hi) = row[9].split_once(" to ").unwrap_or_else(|| panic!("no range in {row:?}"));
+        let (lo, hi): (f64, f64) = (lo.parse().unwrap(), hi.parse().unwrap());
+        assert!(lo > 0.0 && lo <= hi, "{row:?}");
+    }
+    let o = sokoshard(&["bench", "engine", "--file", file.to_str().unwrap(), "--levels", "1", "--rounds", "0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--rounds"), "{}", stderr(&o));
+}
