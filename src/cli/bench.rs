@@ -214,7 +214,7 @@ fn engine(args: EngineArgs) -> Result<ExitCode> {
         let (m1, m2, speedup) = (median(&t1), median(&t2), median(&ratios));
         let bytes = f(&one, "store_bytes") / f(&one, "states");
         let peak = f(&one, "peak_memory_bytes") / f(&one, "states");
-        let (lo, hi) = ratios.iter().fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+        let (lo, hi) = range(&ratios);
         println!(
             "| {level} | {} | {} | {} | {m1:.2} | {m2:.2} | {:.0} | {speedup:.2}x | {lo:.2} to {hi:.2} | {bytes:.2} | {peak:.2} | {:.0} |",
             one["pushes"],
@@ -230,7 +230,7 @@ fn engine(args: EngineArgs) -> Result<ExitCode> {
         store += f(&one, "store_bytes");
         all_ratios.extend(ratios);
     }
-    let (lo, hi) = all_ratios.iter().fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+    let (lo, hi) = range(&all_ratios);
     println!(
         "| all | | {states:.0} | {gen:.0} | {sum1:.2} | {sum2:.2} | {:.0} | {:.2}x | {lo:.2} to {hi:.2} | {:.2} | | |",
         gen / sum1,
@@ -238,6 +238,11 @@ fn engine(args: EngineArgs) -> Result<ExitCode> {
         store / states
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The smallest and the largest of `v` (not empty).
+fn range(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)))
 }
 
 /// The median of `v` (not empty): the middle value, or the mean of the two

@@ -239,8 +239,8 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
         // merging older runs is most of a deep search's sealing (Microban I
         // #153: 1.3 of 46 s on one thread): on every thread, not on the one
         // that seals
-        self.parts.par_iter().for_each(|part| {
-            let mut part = part.lock().unwrap_or_else(|e| e.into_inner());
+        (0..self.parts.len()).into_par_iter().for_each(|p| {
+            let mut part = self.part(p);
             let s = &mut part.sides[side.index()];
             let keys = s.pending.take().unwrap_or_default();
             let len = keys.len() as u64;
