@@ -202,12 +202,14 @@ impl Corrals {
 pub(super) fn pi_corral_pushes(board: &Board, sc: &mut Scratch, boxes: &[u16]) -> bool {
     let n = board.floor_count();
     sc.corral.work = 0;
+    if let Some(g) = &board.bits {
+        // (it finds no free square outside the player's region as soon as
+        // counting the region would, which costs more than that)
+        return pi_corral_pushes_bits(board, g, sc);
+    }
     if sc.reach_size() + boxes.len() == n {
         // the flood of the player's region (still in `queue`) took every free square
         return false;
-    }
-    if let Some(g) = &board.bits {
-        return pi_corral_pushes_bits(board, g, sc);
     }
     let reach = Reach { pos: &sc.pos, bits: &sc.reach_bits, mark: &sc.reach_mark, stamp: sc.reach_stamp };
     let c = &mut sc.corral;
