@@ -76,6 +76,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // the reader of stdout went away (`| head`): done, as it asked
+        Err(e) if cli::closed_stdout(&e) => ExitCode::from(cli::EXIT_OK),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(cli::EXIT_BAD_INPUT)

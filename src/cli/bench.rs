@@ -150,8 +150,8 @@ fn solve_any(file: &PathBuf, level: usize, extra: &[&str]) -> Result<serde_json:
 fn bound(args: BoundArgs) -> Result<ExitCode> {
     anyhow::ensure!(args.timeout > 0.0 && args.timeout.is_finite(), "--timeout must be a positive number of seconds");
     let timeout = args.timeout.to_string();
-    println!("| level | bounded | pushes | states | generated | seconds | iterations | plain | states | generated | seconds | states ratio | time ratio |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    outln!("| level | bounded | pushes | states | generated | seconds | iterations | plain | states | generated | seconds | states ratio | time ratio |")?;
+    outln!("|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     for level in levels(&args.levels)? {
         let b = solve_any(&args.file, level, &["--timeout", &timeout])?;
         let p = solve_any(&args.file, level, &["--timeout", &timeout, "--no-bound"])?;
@@ -159,7 +159,7 @@ fn bound(args: BoundArgs) -> Result<ExitCode> {
             bail!("level {level}: the bounded search gave {} pushes, the plain one {}", b["pushes"], p["pushes"]);
         }
         let iterations = b["iterations"].as_array().map_or(0, |v| v.len());
-        println!(
+        outln!(
             "| {level} | {} | {} | {} | {} | {:.2} | {iterations} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
             b["status"].as_str().unwrap_or("?"),
             b["pushes"],
@@ -172,7 +172,7 @@ fn bound(args: BoundArgs) -> Result<ExitCode> {
             f(&p, "seconds"),
             f(&b, "states") / f(&p, "states").max(1.0),
             f(&b, "seconds") / f(&p, "seconds").max(1e-9),
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -182,8 +182,8 @@ fn f(v: &serde_json::Value, k: &str) -> f64 {
 }
 
 fn engine(args: EngineArgs) -> Result<ExitCode> {
-    println!("| level | pushes | stored states | generated | 1 thread (s) | 2 threads (s) | generated/s/thread (1 thr) | speed-up 1->2 | rounds' speed-ups | bytes/stored state | peak engine bytes/state | peak RSS (MiB) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    outln!("| level | pushes | stored states | generated | 1 thread (s) | 2 threads (s) | generated/s/thread (1 thr) | speed-up 1->2 | rounds' speed-ups | bytes/stored state | peak engine bytes/state | peak RSS (MiB) |")?;
+    outln!("|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     let (mut sum1, mut sum2, mut gen, mut states, mut store) = (0.0, 0.0, 0.0, 0.0, 0.0);
     let mut all_ratios = Vec::new();
     let plain: &[&str] = if args.no_bound { &["--no-bound"] } else { &[] };
@@ -215,14 +215,14 @@ fn engine(args: EngineArgs) -> Result<ExitCode> {
         let bytes = f(&one, "store_bytes") / f(&one, "states");
         let peak = f(&one, "peak_memory_bytes") / f(&one, "states");
         let (lo, hi) = range(&ratios);
-        println!(
+        outln!(
             "| {level} | {} | {} | {} | {m1:.2} | {m2:.2} | {:.0} | {speedup:.2}x | {lo:.2} to {hi:.2} | {bytes:.2} | {peak:.2} | {:.0} |",
             one["pushes"],
             one["states"],
             one["generated"],
             f(&one, "generated") / m1,
             f(&one, "peak_rss_bytes") / 1048576.0
-        );
+        )?;
         sum1 += m1;
         sum2 += m2;
         gen += f(&one, "generated");
@@ -231,12 +231,12 @@ fn engine(args: EngineArgs) -> Result<ExitCode> {
         all_ratios.extend(ratios);
     }
     let (lo, hi) = range(&all_ratios);
-    println!(
+    outln!(
         "| all | | {states:.0} | {gen:.0} | {sum1:.2} | {sum2:.2} | {:.0} | {:.2}x | {lo:.2} to {hi:.2} | {:.2} | | |",
         gen / sum1,
         sum1 / sum2,
         store / states
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -284,25 +284,25 @@ fn kpg(args: KpgArgs) -> Result<ExitCode> {
     if let Some(secs) = args.solved_within {
         return kpg_solved_within(&args.common.file, &cols, secs);
     }
-    print!("| level | pushes | k=0 states | k=0 s |");
+    out!("| level | pushes | k=0 states | k=0 s |")?;
     for (name, _) in &cols[1..] {
-        print!(" {name} states (ratio) | {name} s (ratio) |");
+        out!(" {name} states (ratio) | {name} s (ratio) |")?;
     }
-    println!();
-    println!("|{}", "---|".repeat(4 + 2 * (cols.len() - 1)));
+    outln!()?;
+    outln!("|{}", "---|".repeat(4 + 2 * (cols.len() - 1)))?;
     for level in levels(&args.common.levels)? {
         let base = solve_json(&args.common.file, level, &as_strs(&cols[0].1))?;
         let (s0, t0) = (f(&base, "states"), f(&base, "seconds"));
-        print!("| {level} | {} | {s0:.0} | {t0:.2} |", base["pushes"]);
+        out!("| {level} | {} | {s0:.0} | {t0:.2} |", base["pushes"])?;
         for (name, c) in &cols[1..] {
             let v = solve_json(&args.common.file, level, &as_strs(c))?;
             if v["pushes"] != base["pushes"] {
                 bail!("level {level}: {name} gave {} pushes, k=0 gave {}", v["pushes"], base["pushes"]);
             }
             let (s, t) = (f(&v, "states"), f(&v, "seconds"));
-            print!(" {s:.0} ({:.2}) | {t:.2} ({:.2}) |", s / s0, t / t0);
+            out!(" {s:.0} ({:.2}) | {t:.2} ({:.2}) |", s / s0, t / t0)?;
         }
-        println!();
+        outln!()?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -311,8 +311,8 @@ fn kpg(args: KpgArgs) -> Result<ExitCode> {
 /// counts the levels solved; every push count must agree across configurations.
 fn kpg_solved_within(file: &PathBuf, cols: &[(String, Vec<String>)], secs: f64) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the sokoshard binary")?;
-    println!("| tables | levels solved within {secs} s | of | seconds in all (table builds included) | unsolved |");
-    println!("|---|---|---|---|---|");
+    outln!("| tables | levels solved within {secs} s | of | seconds in all (table builds included) | unsolved |")?;
+    outln!("|---|---|---|---|---|")?;
     let mut pushes_seen: std::collections::BTreeMap<u64, serde_json::Value> = Default::default();
     for (name, c) in cols {
         let out = Command::new(&exe)
@@ -343,7 +343,7 @@ fn kpg_solved_within(file: &PathBuf, cols: &[(String, Vec<String>)], secs: f64) 
             }
         }
         anyhow::ensure!(total > 0, "{name}: solve printed no levels: {}", String::from_utf8_lossy(&out.stderr));
-        println!("| {name} | {solved} | {total} | {seconds:.0} | {} |", unsolved.join(", "));
+        outln!("| {name} | {solved} | {total} | {seconds:.0} | {} |", unsolved.join(", "))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -374,14 +374,14 @@ fn store(args: StoreArgs) -> Result<ExitCode> {
     let spill_dir = args.spill_dir.as_ref().map(|d| d.to_string_lossy().into_owned());
     // the process itself, with nothing stored: the fixed overhead RSS is measured against
     let base = best_of(args.repeat, &args.file, 1, &[])?;
-    println!(
+    outln!(
         "Process baseline (level 1, in memory): peak RSS {:.1} MiB. Times: fastest of {}; CPU = user + system.",
         mib(f(&base, "peak_rss_bytes")),
         args.repeat.max(1)
-    );
-    println!();
-    println!("| level | stored states | in-memory store (MiB) | budget (MiB) | store / budget | policy | in-memory s (CPU s) | spilled s (CPU s) | slowdown wall (CPU) | peak RSS in-memory (MiB) | peak RSS spilled (MiB) | spilled RSS - baseline - budget (MiB) | states on disk | shard bytes (MiB) | bytes/state on disk | peak disk (MiB) |");
-    println!("|{}", "---|".repeat(16));
+    )?;
+    outln!()?;
+    outln!("| level | stored states | in-memory store (MiB) | budget (MiB) | store / budget | policy | in-memory s (CPU s) | spilled s (CPU s) | slowdown wall (CPU) | peak RSS in-memory (MiB) | peak RSS spilled (MiB) | spilled RSS - baseline - budget (MiB) | states on disk | shard bytes (MiB) | bytes/state on disk | peak disk (MiB) |")?;
+    outln!("|{}", "---|".repeat(16))?;
     for level in levels(&args.levels)? {
         let mem = best_of(args.repeat, &args.file, level, &[])?;
         let budget = match args.mem {
@@ -408,7 +408,7 @@ fn store(args: StoreArgs) -> Result<ExitCode> {
             let (cm, cs) = (f(&mem, "cpu_seconds"), f(&sp, "cpu_seconds"));
             let on_disk = f(&sp, "disk_states");
             let per = if on_disk > 0.0 { f(&sp, "disk_bytes") / on_disk } else { 0.0 };
-            println!(
+            outln!(
                 "| {level} | {} | {:.1} | {:.2} | {:.1} | {policy} | {tm:.2} ({cm:.2}) | {ts:.2} ({cs:.2}) | {:.2}x ({:.2}x) | {:.1} | {:.1} | {:+.1} | {on_disk:.0} | {:.1} | {per:.2} | {:.1} |",
                 mem["states"],
                 mib(f(&mem, "store_bytes")),
@@ -421,7 +421,7 @@ fn store(args: StoreArgs) -> Result<ExitCode> {
                 mib(f(&sp, "peak_rss_bytes") - f(&base, "peak_rss_bytes") - budget as f64),
                 mib(f(&sp, "disk_bytes")),
                 mib(f(&sp, "peak_disk_bytes")),
-            );
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -169,12 +169,12 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         rows.push(row);
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"workers": 0, "seconds": local_secs, "pushes": local["pushes"], "states": local["states"]})
-        );
+        )?;
         for r in &rows {
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({
                     "workers": r.workers, "seconds": r.seconds, "pushes": r.pushes, "states": r.states,
@@ -182,19 +182,19 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
                     "bytes_exchanged": r.bytes_exchanged,
                     "bytes_per_state": if r.keys_exchanged > 0 { r.bytes_exchanged as f64 / r.keys_exchanged as f64 } else { 0.0 },
                 })
-            );
+            )?;
         }
         return Ok(ExitCode::from(EXIT_OK));
     }
-    println!("level {} ({}), {} partitions", text.index, text.title, a.partitions);
-    println!();
-    println!("| workers | total time | pushes | states | peak RSS per worker | states exchanged | bytes per state exchanged |");
-    println!("|---|---|---|---|---|---|---|");
-    println!("| local `solve` | {:.2} s | {} | {} | - | - | - |", local_secs, local["pushes"], local["states"]);
+    outln!("level {} ({}), {} partitions", text.index, text.title, a.partitions)?;
+    outln!()?;
+    outln!("| workers | total time | pushes | states | peak RSS per worker | states exchanged | bytes per state exchanged |")?;
+    outln!("|---|---|---|---|---|---|---|")?;
+    outln!("| local `solve` | {:.2} s | {} | {} | - | - | - |", local_secs, local["pushes"], local["states"])?;
     for r in &rows {
         let rss: Vec<String> = r.peak_rss.iter().map(|&b| human_bytes(b)).collect();
         let per = if r.keys_exchanged > 0 { r.bytes_exchanged as f64 / r.keys_exchanged as f64 } else { 0.0 };
-        println!(
+        outln!(
             "| {} | {:.2} s | {} | {} | {} | {} | {:.2} |",
             r.workers,
             r.seconds,
@@ -203,7 +203,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             rss.join(", "),
             r.keys_exchanged,
             per
-        );
+        )?;
     }
     Ok(ExitCode::from(EXIT_OK))
 }

@@ -365,14 +365,14 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
                     ids.push((id, *t, level));
                 }
                 Err(e) => {
-                    print_level(t.index, &t.title, None, Some(&e.to_string()), a.json);
+                    print_level(t.index, &t.title, None, Some(&e.to_string()), a.json)?;
                     bad += 1;
                 }
             }
         }
         if a.detach {
             for (id, t, _) in &ids {
-                println!("job {id}: level {} ({})", t.index, t.title);
+                outln!("job {id}: level {} ({})", t.index, t.title)?;
             }
             return Ok(ExitCode::from(EXIT_OK));
         }
@@ -380,7 +380,13 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         let mut statuses: Vec<Option<Status>> = vec![None; bad];
         let cancel_sent = Arc::new(AtomicBool::new(false));
         let mut replays = Vec::new();
+        // a failed write to stdout (its reader gone, a full disk) stops the
+        // watching, not the jobs, after the page asked for is written
+        let mut unprinted = None;
         for (id, t, level) in &ids {
+            if unprinted.is_some() {
+                break;
+            }
             let bar = spinner(format!("level {} ({})", t.index, t.title));
             let mut canceller = Client::new(&net, &a.coordinator)?;
             let sent = cancel_sent.clone();
@@ -414,27 +420,30 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
                         if v.state == "cancelled" {
                             r.reason = Some("cancelled".into());
                         }
-                        print_level(t.index, &t.title, Some(&r), None, a.json);
+                        unprinted = print_level(t.index, &t.title, Some(&r), None, a.json).err();
                         statuses.push(Some(r.status));
                         replays.extend(replay_of(level, &r));
                     }
                     None => {
                         let msg = format!("job {} {}: {}", v.id, v.state, v.message);
-                        print_level(t.index, &t.title, None, Some(&msg), a.json);
+                        unprinted = print_level(t.index, &t.title, None, Some(&msg), a.json).err();
                         statuses.push(if v.state == "cancelled" { Some(Status::Timeout) } else { None });
                     }
                 },
                 Err(e) => {
-                    print_level(t.index, &t.title, None, Some(&e.to_string()), a.json);
+                    unprinted = print_level(t.index, &t.title, None, Some(&e.to_string()), a.json).err();
                     statuses.push(None);
                 }
             }
         }
-        if !a.json && statuses.len() > 1 {
-            print_summary_of(&statuses, started.elapsed());
+        if unprinted.is_none() && !a.json && statuses.len() > 1 {
+            unprinted = print_summary_of(&statuses, started.elapsed()).err();
         }
         if let Some(path) = &a.html {
             write_replay(path, &replays)?;
+        }
+        if let Some(e) = unprinted {
+            return Err(e.into());
         }
         let code = if statuses.iter().any(|s| s.is_none()) {
             EXIT_BAD_INPUT
@@ -454,16 +463,23 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
         let workers = c.workers().await?;
         let jobs = c.jobs().await?;
         if a.json {
-            println!("{}", serde_json::json!({ "workers": workers, "jobs": jobs }));
+            outln!("{}", serde_json::json!({ "workers": workers, "jobs": jobs }))?;
             return Ok(ExitCode::from(EXIT_OK));
         }
-        println!("workers ({}):", workers.len());
-        println!(
+        outln!("workers ({}):", workers.len())?;
+        outln!(
             "  {:<20} {:<22} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10}",
-            "node", "address", "alive", "parts", "budget", "rss", "peak rss", "disk"
-        );
+            "node",
+            "address",
+            "alive",
+            "parts",
+            "budget",
+            "rss",
+            "peak rss",
+            "disk"
+        )?;
         for w in &workers {
-            println!(
+            outln!(
                 "  {:<20} {:<22} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10}",
                 w.node_id,
                 w.address,
@@ -473,13 +489,19 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
                 human_bytes(w.rss_bytes),
                 human_bytes(w.peak_rss_bytes),
                 human_bytes(w.store_disk_bytes)
-            );
+            )?;
         }
-        println!("jobs ({}):", jobs.len());
-        println!(
+        outln!("jobs ({}):", jobs.len())?;
+        outln!(
             "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12} {:>9}  note",
-            "id", "state", "level", "layer", "states", "states/s", "seconds"
-        );
+            "id",
+            "state",
+            "level",
+            "layer",
+            "states",
+            "states/s",
+            "seconds"
+        )?;
         for j in &jobs {
             let note = match (&j.result, j.queue_position) {
                 (Some(r), _) if r.status == Status::Solved => format!("{} pushes", r.pushes.unwrap_or(0)),
@@ -488,7 +510,7 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
                 (None, Some(n)) => format!("queue #{n}: {}", j.message),
                 (None, None) => j.message.clone(),
             };
-            println!(
+            outln!(
                 "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12.0} {:>9.1}  {}",
                 j.id,
                 j.state,
@@ -498,7 +520,7 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
                 j.rate,
                 j.seconds,
                 note
-            );
+            )?;
         }
         Ok(ExitCode::from(EXIT_OK))
     })
@@ -509,7 +531,7 @@ pub fn run_cancel(a: CancelArgs) -> Result<ExitCode> {
     runtime()?.block_on(async move {
         let mut c = Client::new(&net, &a.coordinator)?;
         let state = c.cancel(a.job).await?;
-        println!("job {}: {state}", a.job);
+        outln!("job {}: {state}", a.job)?;
         Ok(ExitCode::from(EXIT_OK))
     })
 }

@@ -152,13 +152,13 @@ fn report_build(args: &BuildArgs, stats: &[KStats], tables: &[KTable], bytes: u6
         if args.json {
             let mut v = serde_json::to_value(s)?;
             v["file_bytes"] = table_bytes.into();
-            println!("{v}");
+            outln!("{v}")?;
         } else {
-            println!("{}", describe(s, table_bytes));
+            outln!("{}", describe(s, table_bytes))?;
         }
     }
     if !args.json {
-        println!("wrote {} ({})", args.output.display(), human_bytes(bytes));
+        outln!("wrote {} ({})", args.output.display(), human_bytes(bytes))?;
     }
     Ok(ExitCode::from(EXIT_OK))
 }
@@ -168,26 +168,26 @@ fn show(args: ShowArgs) -> Result<ExitCode> {
     let level =
         parse_one(&file.level_text, &args.file.display().to_string()).context("the level stored in the database")?;
     let board = Board::new(&level)?;
-    println!("{}: level fingerprint {:#018x}, {} floor squares", args.file.display(), file.fingerprint, file.floor);
-    print!("{}", board.draw(&board.start_boxes, Some(board.start_player)));
+    outln!("{}: level fingerprint {:#018x}, {} floor squares", args.file.display(), file.fingerprint, file.floor)?;
+    out!("{}", board.draw(&board.start_boxes, Some(board.start_player)))?;
     match &file.pairs {
-        None => println!("pair penalties: none kept (no pair of squares has one, or the board is too large)"),
+        None => outln!("pair penalties: none kept (no pair of squares has one, or the board is too large)")?,
         Some(p) => {
             let positive = |t: &[u8]| t.iter().filter(|&&v| v > 0 && v != DEAD).count() / 2;
             let dead = |t: &[u8]| t.iter().filter(|&&v| v == DEAD).count() / 2;
-            println!(
+            outln!(
                 "pair penalties: forward {} square pairs with a penalty, {} dead; backward {} and {}; {} pairs depend on the player's region",
                 positive(&p.forward),
                 dead(&p.forward),
                 positive(&p.backward),
                 dead(&p.backward),
                 p.regional_at.iter().flatten().filter(|&&i| i != 0).count()
-            );
+            )?;
         }
     }
     for t in &file.tables {
         for (name, set) in [("forward", &t.forward), ("backward", &t.backward)] {
-            println!("k={} {name}: {} box sets, {} patterns", t.k, set.map.len(), set.patterns());
+            outln!("k={} {name}: {} box sets, {} patterns", t.k, set.map.len(), set.patterns())?;
             let mut keys: Vec<&Packed> = set.map.keys().collect();
             keys.sort_unstable();
             for key in keys.into_iter().take(args.samples) {
@@ -198,9 +198,9 @@ fn show(args: ShowArgs) -> Result<ExitCode> {
                         (v.first().copied(), format!("player in {} region(s), one shown", v.len()))
                     }
                 };
-                println!("  {note}:");
+                outln!("  {note}:")?;
                 for row in board.draw(&boxes, player).lines() {
-                    println!("    {row}");
+                    outln!("    {row}")?;
                 }
             }
         }

@@ -33,7 +33,7 @@ pub fn run(a: HealthArgs) -> Result<ExitCode> {
     let answer = rt.block_on(sokoshard::cluster::client::health(&net, &a.addr, a.worker, limit));
     match answer {
         Ok(line) => {
-            println!("ok: {} {line}", a.addr);
+            outln!("ok: {} {line}", a.addr)?;
             Ok(ExitCode::from(EXIT_OK))
         }
         Err(e) => {

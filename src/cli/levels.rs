@@ -52,27 +52,27 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
     let all = read_collection(&args.file)?;
     let mut broken = 0;
     if !args.json {
-        println!("{:>5}  {:<24} {:>7} {:>5} {:>6}", "index", "title", "size", "boxes", "floor");
+        outln!("{:>5}  {:<24} {:>7} {:>5} {:>6}", "index", "title", "size", "boxes", "floor")?;
     }
     for t in &all {
         match t.parse().map_err(anyhow::Error::from).and_then(|l| Ok((Board::new(&l)?, l))) {
             Ok((b, l)) => {
                 if args.json {
-                    println!(
+                    outln!(
                         "{}",
                         serde_json::json!({"index": t.index, "title": t.title, "width": l.width, "height": l.height,
                             "boxes": b.box_count(), "floor": b.floor_count(), "fixed_boxes": b.fixed_boxes.len(),
                             "key": b.keyspace.width})
-                    );
+                    )?;
                 } else {
-                    println!(
+                    outln!(
                         "{:>5}  {:<24} {:>7} {:>5} {:>6}",
                         t.index,
                         t.title,
                         format!("{}x{}", l.width, l.height),
                         b.box_count(),
                         b.floor_count()
-                    );
+                    )?;
                 }
             }
             Err(e) => {
@@ -88,11 +88,11 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     let level = args.of.level("verify")?;
     let v = verify(&level, &args.of.solution);
     if args.json {
-        println!("{}", serde_json::to_string(&v)?);
+        outln!("{}", serde_json::to_string(&v)?)?;
     } else if v.valid {
-        println!("valid: {} pushes, {} moves", v.pushes, v.moves);
+        outln!("valid: {} pushes, {} moves", v.pushes, v.moves)?;
     } else {
-        println!("{}", invalid(&v));
+        outln!("{}", invalid(&v))?;
     }
     Ok(ExitCode::from(if v.valid { EXIT_OK } else { EXIT_NOT_SOLVED }))
 }

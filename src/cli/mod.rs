@@ -1,4 +1,25 @@
 //! The CLI room: commands, level selection, progress display and output formats.
+
+/// `println!` that returns the write's error instead of panicking: a reader
+/// that goes away (`sokoshard levels ... | head`) closes the pipe, and the
+/// command then ends quietly (see [`closed_stdout`]); a full disk is an
+/// error naming standard output.
+macro_rules! outln {
+    () => {
+        $crate::cli::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` as [`outln!`] is `println!`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
+
 pub mod bench;
 pub mod bench_cluster;
 pub mod cluster;
@@ -21,6 +42,26 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_NOT_SOLVED: u8 = 1;
 /// Exit code: bad input or usage.
 pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// Writes to standard output; an error keeps its kind and names where it
+/// happened.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    use std::io::Write;
+    std::io::stdout().lock().write_fmt(args).map_err(stdout_error)
+}
+
+/// A failed write to standard output, named: its kind kept for
+/// [`closed_stdout`].
+pub fn stdout_error(e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("writing to standard output: {e}"))
+}
+
+/// Whether `e` is standard output's reader gone away (a closed pipe): the
+/// command stops there and exits as if done, as `head` expects of what it
+/// reads from, instead of computing what nobody will read.
+pub fn closed_stdout(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
 
 /// Writes `contents` to `path` through `<path>.tmp` and a rename, so that a
 /// reader never sees half a file and a failed write leaves the old one.

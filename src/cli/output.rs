@@ -36,7 +36,13 @@ struct ErrorLine<'a> {
 
 /// Prints one level's result the way `solve` does (text or one JSON line); also
 /// used by `submit` for results that come back from a cluster.
-pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, error: Option<&str>, json: bool) {
+pub fn print_level(
+    index: usize,
+    title: &str,
+    report: Option<&SolveReport>,
+    error: Option<&str>,
+    json: bool,
+) -> std::io::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
@@ -61,9 +67,9 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
             }),
         };
         if let Ok(line) = line {
-            let _ = writeln!(out, "{line}");
+            written(writeln!(out, "{line}"))?;
         }
-        return;
+        return Ok(());
     }
     match (report, error) {
         (Some(r), _) => {
@@ -75,20 +81,20 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                         Some(Objective::PushesMoves) => " (fewest pushes, then fewest moves)",
                         _ => " (fewest pushes)",
                     };
-                    let _ = writeln!(
+                    written(writeln!(
                         out,
                         "{head}: solved in {} pushes, {} moves{proven}",
                         r.pushes.unwrap_or(0),
                         r.moves.unwrap_or(0)
-                    );
+                    ))?;
                     if let Some(note) = &r.moves_note {
-                        let _ = writeln!(out, "  moves not minimized: {note}");
+                        written(writeln!(out, "  moves not minimized: {note}"))?;
                     }
-                    let _ = writeln!(out, "  solution: {}", r.solution.as_deref().unwrap_or(""));
+                    written(writeln!(out, "  solution: {}", r.solution.as_deref().unwrap_or("")))?;
                 }
                 other => {
                     let why = r.reason.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
-                    let _ = writeln!(out, "{head}: {}{why}", other.name());
+                    written(writeln!(out, "{head}: {}{why}", other.name()))?;
                 }
             }
             if !r.iterations.is_empty() {
@@ -105,11 +111,11 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                         format!("{u} ({} states, {:.2} s{cut})", it.states, it.seconds)
                     })
                     .collect();
-                let _ = writeln!(out, "  bounds: {}", steps.join(", "));
+                written(writeln!(out, "  bounds: {}", steps.join(", ")))?;
             }
-            let _ = writeln!(out, "  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds);
+            written(writeln!(out, "  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds))?;
             if r.moves_seconds > 0.0 {
-                let _ = writeln!(
+                written(writeln!(
                     out,
                     "  moves pass: {} states searched, {} on push-optimal solutions{}; {:.3} s",
                     r.moves_states,
@@ -120,11 +126,11 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                         String::new()
                     },
                     r.moves_seconds
-                );
+                ))?;
             }
             if let Some(st) = &r.storage {
                 let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
-                let _ = writeln!(
+                written(writeln!(
                     out,
                     "  disk: {} for {} states on disk ({per:.2} B/state), peak {}; budget {}, peak RSS {}",
                     human_bytes(r.disk_bytes),
@@ -132,14 +138,14 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
                     human_bytes(st.peak_disk_bytes),
                     human_bytes(st.memory_budget_bytes),
                     human_bytes(peak_rss_bytes())
-                );
+                ))?;
                 if let Some(dir) = &st.spill_dir {
-                    let _ = writeln!(out, "  spill files kept in {}", dir.display());
+                    written(writeln!(out, "  spill files kept in {}", dir.display()))?;
                 }
             }
         }
         (None, Some(e)) => {
-            let _ = writeln!(out, "level {index} ({title}): error: {e}");
+            written(writeln!(out, "level {index} ({title}): error: {e}"))?;
             drop(out);
             if error_also_on_stderr(std::io::stdout().is_terminal(), std::io::stderr().is_terminal()) {
                 eprintln!("error: {e}");
@@ -147,18 +153,30 @@ pub fn print_level(index: usize, title: &str, report: Option<&SolveReport>, erro
         }
         (None, None) => {}
     }
+    Ok(())
+}
+
+/// A write to the locked standard output, its error named.
+fn written(r: std::io::Result<()>) -> std::io::Result<()> {
+    r.map_err(super::stdout_error)
 }
 
 /// The summary table after several levels: `None` counts as an error.
-pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) {
+pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) -> std::io::Result<()> {
     let count = |s: Status| statuses.iter().filter(|o| **o == Some(s)).count();
     let errors = statuses.iter().filter(|o| o.is_none()).count();
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "solved", "unsolvable", "timeout", "limit", "bounded", "error", "total time"
-    );
-    println!(
+        "solved",
+        "unsolvable",
+        "timeout",
+        "limit",
+        "bounded",
+        "error",
+        "total time"
+    )?;
+    outln!(
         "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11.1}s",
         count(Status::Solved),
         count(Status::Unsolvable),
@@ -167,7 +185,7 @@ pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) {
         count(Status::Bounded),
         errors,
         total.as_secs_f64()
-    );
+    )
 }
 
 /// Whether a level's error, printed with the results on stdout, is printed on

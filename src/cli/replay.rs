@@ -30,14 +30,14 @@ pub fn run_replay(args: ReplayArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_NOT_SOLVED));
     }
     write_replay(&args.html, &[ReplayLevel::new(&level, &args.of.solution, v.pushes, v.moves)])?;
-    println!(
+    outln!(
         "wrote {}: level {} ({}), {} pushes, {} moves",
         args.html.display(),
         level.index,
         level.title,
         v.pushes,
         v.moves
-    );
+    )?;
     Ok(ExitCode::from(EXIT_OK))
 }
 

@@ -219,17 +219,24 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     };
     let started = Instant::now();
     let mut outcomes = Vec::new();
+    // a failed write to stdout (its reader gone, a full disk) ends the solve
+    // after the files asked for are written with what was solved
+    let mut unprinted = None;
     for text in picked {
         if INTERRUPTED.load(Ordering::SeqCst) {
             break;
         }
         let tables = Tables { kpg: args.kpg, file: args.deadlocks.as_deref() };
         let outcome = solve_one(text, &opts, &pool, args.timeout, &tables);
-        print_outcome(&outcome, args.json);
+        let printed = print_outcome(&outcome, args.json);
         outcomes.push(outcome);
+        if let Err(e) = printed {
+            unprinted = Some(e);
+            break;
+        }
     }
-    if !args.json && outcomes.len() > 1 {
-        print_summary(&outcomes, started.elapsed());
+    if unprinted.is_none() && !args.json && outcomes.len() > 1 {
+        unprinted = print_summary(&outcomes, started.elapsed()).err();
     }
     if let Some(out) = &args.output {
         write_sok(out, &outcomes).with_context(|| format!("writing {}", out.display()))?;
@@ -238,6 +245,9 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         let replays: Vec<_> =
             outcomes.iter().filter_map(|o| super::replay::replay_of(o.level.as_ref()?, o.report.as_ref()?)).collect();
         super::replay::write_replay(path, &replays)?;
+    }
+    if let Some(e) = unprinted {
+        return Err(e.into());
     }
     let code = if outcomes.iter().any(|o| o.error.is_some()) {
         EXIT_BAD_INPUT
@@ -316,13 +326,13 @@ fn solve_one(
     outcome
 }
 
-fn print_summary(outcomes: &[Outcome], total: Duration) {
+fn print_summary(outcomes: &[Outcome], total: Duration) -> std::io::Result<()> {
     let statuses: Vec<Option<Status>> = outcomes.iter().map(|o| o.report.as_ref().map(|r| r.status)).collect();
-    print_summary_of(&statuses, total);
+    print_summary_of(&statuses, total)
 }
 
-fn print_outcome(o: &Outcome, json: bool) {
-    print_level(o.text.index, &o.text.title, o.report.as_ref(), o.error.as_deref(), json);
+fn print_outcome(o: &Outcome, json: bool) -> std::io::Result<()> {
+    print_level(o.text.index, &o.text.title, o.report.as_ref(), o.error.as_deref(), json)
 }
 
 /// Writes levels with a `Solution` section each, the form Sokoban programs load.

@@ -51,6 +51,16 @@ const RULES: &[Rule] = &[
     },
 ];
 
+/// What no room writes with: `println!` and `print!` panic when standard
+/// output's reader has gone (`sokoshard levels FILE | head`); the library
+/// writes nothing to stdout, and the CLI writes through `outln!` and `out!`,
+/// which return the error.
+const PANICKING_PRINTS: Rule = Rule {
+    room: "src/",
+    forbidden: &["println!", "print!"],
+    why: "a print that panics on a closed pipe: the CLI writes through outln!/out!, the library not at all",
+};
+
 /// `proto::` may be named only inside the cluster room.
 const PROTO_ROOM: &str = "src/cluster/";
 
@@ -106,7 +116,7 @@ fn violations_of(file: &str, text: &str) -> Vec<String> {
     if !text.starts_with("//!") {
         out.push(format!("{file}: the module does not open with a //! line saying what it owns"));
     }
-    for rule in RULES.iter().filter(|r| file.starts_with(r.room)) {
+    for rule in RULES.iter().chain([&PANICKING_PRINTS]).filter(|r| file.starts_with(r.room)) {
         for (n, line) in code_lines(text) {
             for word in rule.forbidden.iter().filter(|w| names(line, w)) {
                 out.push(format!("{file}:{n}: names `{word}` ({})", rule.why));
@@ -152,6 +162,9 @@ fn the_invariants_check_catches_forbidden_names() {
     assert_eq!(bad("src/storage/c.rs", "use crate::cluster::proto::Foo;").len(), 2);
     assert_eq!(bad("src/cli/d.rs", "use sokoshard::cluster::proto::HelloRequest;").len(), 1);
     assert!(bad("src/cluster/e.rs", "use super::proto::*;").is_empty());
+    assert_eq!(bad("src/cli/f.rs", "println!(\"{x}\");").len(), 1);
+    assert_eq!(bad("src/main.rs", "print!(\"{x}\");").len(), 1);
+    assert!(bad("src/cli/f.rs", "eprintln!(\"{x}\"); outln!(\"{x}\")?;").is_empty());
     // longer names that merely contain a forbidden one
     assert!(bad("src/engine/a.rs", "let prosty = my_tokio_like;").is_empty());
     assert_eq!(violations_of("src/engine/a.rs", "use super::x;\n").len(), 1, "no //! line");

@@ -342,3 +342,61 @@ fn bench_engine_alternates_rounds_and_reports_the_range_of_speed_ups() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--rounds"), "{}", stderr(&o));
 }
+
+/// Runs `sokoshard args` with its stdout a pipe whose reading end is closed
+/// before the command writes anything (as `sokoshard ... | head -0` would).
+fn with_stdout_closed(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_closed_stdout_pipe_ends_the_command_quietly_instead_of_panicking() {
+    // `sokoshard levels FILE | head` panicked at its next line ("failed
+    // printing to stdout"), exit 101, and `solve --all | head` went on
+    // solving every level for nobody
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kdb = dir.path().join("t.kdb");
+    let built = sokoshard(&["deadlocks", "build", file, "--level", "3", "-o", kdb.to_str().unwrap()]);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let sok = dir.path().join("solved.sok");
+    for args in [
+        vec!["levels", file],
+        vec!["deadlocks", "show", kdb.to_str().unwrap()],
+        vec!["solve", file, "--levels", "1-155", "--objective", "pushes", "--output", sok.to_str().unwrap()],
+        vec!["solve", file, "--levels", "1-2", "--json"],
+    ] {
+        let o = with_stdout_closed(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).is_empty(), "{args:?}: {}", stderr(&o));
+    }
+    // the solve stopped after the level it could not print, and still wrote
+    // the file it was asked for with that level
+    let written = std::fs::read_to_string(&sok).unwrap();
+    assert_eq!(written.matches("Solution (moves").count(), 1, "{written}");
+}
+
+#[test]
+fn a_full_stdout_is_an_error_naming_it_and_the_solve_stops() {
+    let file = repo(MICROBAN);
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        // no /dev/full on this system: nothing to write to that fails
+        return;
+    };
+    let o = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(["solve", file.to_str().unwrap(), "--levels", "1-155", "--objective", "pushes"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("writing to standard output"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+}
