@@ -1,6 +1,7 @@
 //! The `sokoshard` command line: argument parsing, progress and output. All
 //! solving lives in the library; this file only wires commands to it.
 
+#[macro_use]
 mod cli;
 
 use clap::{Parser, Subcommand};
@@ -58,6 +59,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         // colour codes only for a person at a terminal, never in a log file
         .with_ansi(std::io::stderr().is_terminal())
+        // a log line that cannot be written (stderr closed) is dropped; the
+        // report of that would panic on the same stderr
+        .log_internal_errors(false)
         .init();
     let result = match args.command {
         Command::Levels(a) => cli::levels::run_levels(a),
@@ -79,7 +83,7 @@ fn main() -> ExitCode {
         // the reader of stdout went away (`| head`): done, as it asked
         Err(e) if cli::closed_stdout(&e) => ExitCode::from(cli::EXIT_OK),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(cli::EXIT_BAD_INPUT)
         }
     }

@@ -37,7 +37,7 @@ pub fn run(a: HealthArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(EXIT_OK))
         }
         Err(e) => {
-            eprintln!("unhealthy: {}: {e}", a.addr);
+            errln!("unhealthy: {}: {e}", a.addr);
             Ok(ExitCode::from(EXIT_NOT_SOLVED))
         }
     }

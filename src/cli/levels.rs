@@ -77,7 +77,7 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
             }
             Err(e) => {
                 broken += 1;
-                eprintln!("error: {e}");
+                errln!("error: {e}");
             }
         }
     }

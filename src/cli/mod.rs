@@ -13,6 +13,15 @@ macro_rules! outln {
     };
 }
 
+/// `eprintln!` that never panics: with stderr closed (`2>&1 | head`) the
+/// message has nowhere to go, and the exit code still says what happened.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// `print!` as [`outln!`] is `println!`.
 macro_rules! out {
     ($($arg:tt)*) => {

@@ -148,7 +148,7 @@ pub fn print_level(
             written(writeln!(out, "level {index} ({title}): error: {e}"))?;
             drop(out);
             if error_also_on_stderr(std::io::stdout().is_terminal(), std::io::stderr().is_terminal()) {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
             }
         }
         (None, None) => {}

@@ -26,7 +26,7 @@ pub fn run_replay(args: ReplayArgs) -> Result<ExitCode> {
     let level = args.of.level("replay")?;
     let v = verify(&level, &args.of.solution);
     if !v.valid {
-        eprintln!("error: the solution is {}; no page written", invalid(&v));
+        errln!("error: the solution is {}; no page written", invalid(&v));
         return Ok(ExitCode::from(EXIT_NOT_SOLVED));
     }
     write_replay(&args.html, &[ReplayLevel::new(&level, &args.of.solution, v.pushes, v.moves)])?;

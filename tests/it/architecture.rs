@@ -51,14 +51,14 @@ const RULES: &[Rule] = &[
     },
 ];
 
-/// What no room writes with: `println!` and `print!` panic when standard
-/// output's reader has gone (`sokoshard levels FILE | head`); the library
-/// writes nothing to stdout, and the CLI writes through `outln!` and `out!`,
-/// which return the error.
+/// What no room writes with: `println!` and `print!` (and their stderr
+/// twins) panic when the reader has gone (`sokoshard levels FILE | head`);
+/// the library writes to neither, and the CLI writes through `outln!` and
+/// `out!`, which return the error, and `errln!`, which drops it.
 const PANICKING_PRINTS: Rule = Rule {
     room: "src/",
-    forbidden: &["println!", "print!"],
-    why: "a print that panics on a closed pipe: the CLI writes through outln!/out!, the library not at all",
+    forbidden: &["println!", "print!", "eprintln!", "eprint!"],
+    why: "a print that panics on a closed pipe: the CLI writes through outln!/out!/errln!, the library not at all",
 };
 
 /// `proto::` may be named only inside the cluster room.
@@ -164,7 +164,8 @@ fn the_invariants_check_catches_forbidden_names() {
     assert!(bad("src/cluster/e.rs", "use super::proto::*;").is_empty());
     assert_eq!(bad("src/cli/f.rs", "println!(\"{x}\");").len(), 1);
     assert_eq!(bad("src/main.rs", "print!(\"{x}\");").len(), 1);
-    assert!(bad("src/cli/f.rs", "eprintln!(\"{x}\"); outln!(\"{x}\")?;").is_empty());
+    assert_eq!(bad("src/cli/f.rs", "eprintln!(\"{x}\");").len(), 1);
+    assert!(bad("src/cli/f.rs", "errln!(\"{x}\"); outln!(\"{x}\")?;").is_empty());
     // longer names that merely contain a forbidden one
     assert!(bad("src/engine/a.rs", "let prosty = my_tokio_like;").is_empty());
     assert_eq!(violations_of("src/engine/a.rs", "use super::x;\n").len(), 1, "no //! line");

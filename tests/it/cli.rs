@@ -400,3 +400,26 @@ fn a_full_stdout_is_an_error_naming_it_and_the_solve_stops() {
     assert!(stderr(&o).contains("writing to standard output"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_closed_stderr_loses_the_logs_and_messages_but_not_the_result_or_the_exit_code() {
+    // with stderr gone, a debug log line (through the log's own error report)
+    // and the final `error:` line panicked, exit 101
+    let file = repo(MICROBAN);
+    let run = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+            .args(args)
+            .env("SOKOSHARD_LOG", "debug")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stderr.take());
+        child.wait_with_output().unwrap()
+    };
+    let o = run(&["solve", file.to_str().unwrap(), "--level", "2", "--objective", "pushes", "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["status"], "solved");
+    assert_eq!(run(&["solve", "/no/such/collection.xsb"]).status.code(), Some(2));
+}
