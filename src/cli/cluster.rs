@@ -255,8 +255,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<ExitCode> {
         Some(s) => parse_size(s).map_err(|e| anyhow::anyhow!("--mem: {e}"))?,
         None => default_budget(),
     };
-    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    anyhow::ensure!(threads >= 1, "--threads must be at least 1");
+    let threads = super::threads(a.threads)?;
     // a worker always runs under its memory budget
     sokoshard::sys::release_large_frees(threads);
     rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().context("starting worker threads")?;

@@ -93,8 +93,8 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     if let Some(addr) = &args.coordinator {
         return build_on_cluster(&args, addr, &level, &board);
     }
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build()?;
+    let threads = super::threads(args.threads)?;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
     let progress = KProgress::new(format!("level {} ({})", level.index, level.title));
     let (tables, stats) =
         pool.install(|| build_tables(board.clone(), args.k, 16, &AtomicBool::new(false), &progress))?;

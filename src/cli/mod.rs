@@ -72,6 +72,26 @@ pub fn closed_stdout(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
+/// The most worker threads a command takes: far past any core count, where a
+/// typo (`--threads 100000`) would spend minutes starting threads that only
+/// wait (1,000 of them made a one-second solve take four on two cores).
+pub const MAX_THREADS: usize = 1024;
+
+/// The worker threads for `--threads`: all cores when not given; zero or more
+/// than [`MAX_THREADS`] is an error, more than the cores a warning.
+pub fn threads(asked: Option<usize>) -> Result<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let Some(n) = asked else { return Ok(cores) };
+    anyhow::ensure!(
+        (1..=MAX_THREADS).contains(&n),
+        "--threads {n}: must be between 1 and {MAX_THREADS} (this machine has {cores} cores)"
+    );
+    if n > cores {
+        tracing::warn!(threads = n, cores, "more threads than cores: the extra ones only take turns");
+    }
+    Ok(n)
+}
+
 /// Writes `contents` to `path` through `<path>.tmp` and a rename, so that a
 /// reader never sees half a file and a failed write leaves the old one.
 pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {

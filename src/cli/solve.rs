@@ -172,8 +172,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(dir) = &args.spill_dir {
         check_spill_base(dir)?;
     }
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    anyhow::ensure!(threads >= 1, "--threads must be at least 1");
+    let threads = super::threads(args.threads)?;
     if args.mem.is_some() || args.spill_dir.is_some() {
         sokoshard::sys::release_large_frees(threads);
     }

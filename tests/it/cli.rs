@@ -423,3 +423,26 @@ fn a_closed_stderr_loses_the_logs_and_messages_but_not_the_result_or_the_exit_co
     assert_eq!(v["status"], "solved");
     assert_eq!(run(&["solve", "/no/such/collection.xsb"]).status.code(), Some(2));
 }
+
+#[test]
+fn thread_counts_past_any_machine_are_refused_before_starting_them() {
+    // `solve --threads 100000` spent minutes starting threads that only waited
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    for args in [
+        vec!["solve", file, "--level", "1", "--threads", "0"],
+        vec!["solve", file, "--level", "1", "--threads", "100000"],
+        vec!["deadlocks", "build", file, "--level", "1", "--threads", "0", "-o", "/nonexistent/t.kdb"],
+        vec!["worker", "--join", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--data-dir", data, "--threads", "5000"],
+    ] {
+        let o = sokoshard(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&o).contains("--threads") && stderr(&o).contains("between 1 and 1024"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}
