@@ -83,7 +83,7 @@ fn main() -> ExitCode {
         // the reader of stdout went away (`| head`): done, as it asked
         Err(e) if cli::closed_stdout(&e) => ExitCode::from(cli::EXIT_OK),
         Err(e) => {
-            errln!("error: {e:#}");
+            errln!("error: {}", cli::error_message(&e));
             ExitCode::from(cli::EXIT_BAD_INPUT)
         }
     }

@@ -72,6 +72,25 @@ pub fn closed_stdout(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
+/// An error and its causes on one line, as `{:#}` prints them, but a cause
+/// that its error's message already ends with is not said twice (the
+/// library's I/O errors name their cause in the message and keep it as the
+/// source: "error reading /tmp: Is a directory (os error 21)" came out with
+/// the cause again).
+pub fn error_message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain().map(|c| c.to_string()) {
+        if out.ends_with(&cause) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&cause);
+    }
+    out
+}
+
 /// The most worker threads a command takes: far past any core count, where a
 /// typo (`--threads 100000`) would spend minutes starting threads that only
 /// wait (1,000 of them made a one-second solve take four on two cores).

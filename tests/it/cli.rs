@@ -446,3 +446,13 @@ fn thread_counts_past_any_machine_are_refused_before_starting_them() {
         );
     }
 }
+
+#[test]
+fn an_error_names_its_cause_once() {
+    // "error reading DIR: Is a directory (os error 21): Is a directory (os error 21)"
+    let dir = tempfile::tempdir().unwrap();
+    let o = sokoshard(&["deadlocks", "show", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o).matches("os error").count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains(dir.path().to_str().unwrap()), "{}", stderr(&o));
+}
