@@ -124,20 +124,39 @@ pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
 
 /// Reads a collection from a file, or from standard input for `-`.
 pub fn read_collection(path: &Path) -> Result<Vec<LevelText>> {
-    let (text, name) = if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("reading levels from standard input")?;
-        (s, "<stdin>".to_string())
+    let (bytes, name) = if path.as_os_str() == "-" {
+        let name = "<stdin>".to_string();
+        (read_capped(std::io::stdin().lock()).context("reading levels from standard input")?, name)
     } else {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let s = String::from_utf8_lossy(&bytes).into_owned();
-        (s, path.display().to_string())
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).with_context(|| format!("reading {name}"))?;
+        (read_capped(file).with_context(|| format!("reading {name}"))?, name)
     };
+    // titles in other encodings (Latin-1 and the like) keep their level
+    let text = String::from_utf8_lossy(&bytes);
     let levels = split_collection(&text, &name);
     if levels.is_empty() {
         bail!("{name}: no levels found");
     }
     Ok(levels)
+}
+
+/// The largest collection read: far past any published one (a few MiB),
+/// so that a wrong file (a disk image, `/dev/urandom`) is an error instead of
+/// all the memory.
+pub const MAX_COLLECTION_BYTES: u64 = 256 << 20;
+
+/// All of `r`, or an error once it passes [`MAX_COLLECTION_BYTES`] (the
+/// caller names the source).
+fn read_capped(r: impl Read) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    r.take(MAX_COLLECTION_BYTES + 1).read_to_end(&mut bytes)?;
+    anyhow::ensure!(
+        bytes.len() as u64 <= MAX_COLLECTION_BYTES,
+        "more than {} MiB, larger than any level collection",
+        MAX_COLLECTION_BYTES >> 20
+    );
+    Ok(bytes)
 }
 
 /// Which levels of a collection to work on.

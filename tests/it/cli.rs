@@ -456,3 +456,37 @@ fn an_error_names_its_cause_once() {
     assert_eq!(stderr(&o).matches("os error").count(), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains(dir.path().to_str().unwrap()), "{}", stderr(&o));
 }
+
+#[test]
+fn a_collection_past_any_real_size_is_refused_and_other_encodings_read_from_stdin() {
+    use std::io::Write;
+    // `solve -` read standard input to its end, however long (`< /dev/urandom`
+    // took all the memory), and refused bytes that are not UTF-8, which a file
+    // of the same bytes read
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(["levels", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let block = vec![b'\n'; 1 << 20];
+    // the reader stops past its limit and closes the pipe: writing then fails
+    let written = (0..1024).take_while(|_| stdin.write_all(&block).is_ok()).count();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert!(written < 1024, "the whole GiB went in");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("standard input: more than 256 MiB"), "{}", stderr(&o));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(["solve", "-", "--json", "--objective", "pushes"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"; caf\xe9\n\n######\n#@$ .#\n######\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["pushes"], 2);
+}
