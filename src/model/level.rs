@@ -94,7 +94,13 @@ impl fmt::Display for LevelErrorKind {
                 write!(f, "{count} players in the level; exactly one is allowed")
             }
             LevelErrorKind::BoxGoalMismatch { boxes, goals } => {
-                write!(f, "{boxes} boxes but {goals} goals; the counts must be equal")
+                let plural = |n: &usize, one: &'static str, many: &'static str| if *n == 1 { one } else { many };
+                write!(
+                    f,
+                    "{boxes} {} but {goals} {}; the counts must be equal",
+                    plural(boxes, "box", "boxes"),
+                    plural(goals, "goal", "goals")
+                )
             }
             LevelErrorKind::NoBoxes => write!(f, "the level has no boxes"),
             LevelErrorKind::Open { x, y } => {

@@ -113,7 +113,7 @@ fn broken_levels_exit_2_naming_file_and_line() {
     let cases = [
         ("no_player.xsb", 2, "no player"),
         ("several_players.xsb", 4, "players"),
-        ("box_goal_mismatch.xsb", 2, "2 boxes but 1 goals"),
+        ("box_goal_mismatch.xsb", 2, "2 boxes but 1 goal;"),
         ("no_boxes.xsb", 2, "no boxes"),
         ("open_level.xsb", 3, "open"),
         ("unknown_character.xsb", 3, "unknown character 'x'"),
