@@ -382,7 +382,7 @@ impl CoordinatorService {
     /// Opens the coordinator's state, resuming the jobs of its log.
     pub fn open(cfg: CoordinatorConfig) -> Result<Self, ClusterError> {
         std::fs::create_dir_all(&cfg.data_dir)
-            .map_err(|e| ClusterError::io(format!("creating {}", cfg.data_dir.display()), e))?;
+            .map_err(|e| ClusterError::io(format!("creating the data directory {}", cfg.data_dir.display()), e))?;
         let (records, next_id) = load_jobs(&cfg.data_dir)?;
         // the moves pass's scratch files of an earlier process go (a pass is
         // redone from the logged meeting, never resumed from them); its

@@ -91,7 +91,7 @@ pub fn node_id(data_dir: &std::path::Path) -> Result<String, ClusterError> {
         Ok(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
         _ => {
             std::fs::create_dir_all(data_dir)
-                .map_err(|e| ClusterError::io(format!("creating {}", data_dir.display()), e))?;
+                .map_err(|e| ClusterError::io(format!("creating the data directory {}", data_dir.display()), e))?;
             let id = format!("w-{:016x}", random_u64());
             let tmp = data_dir.join("node-id.tmp");
             std::fs::write(&tmp, format!("{id}\n"))
