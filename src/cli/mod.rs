@@ -93,7 +93,8 @@ pub fn error_message(e: &anyhow::Error) -> String {
 
 /// The most worker threads a command takes: far past any core count, where a
 /// typo (`--threads 100000`) would spend minutes starting threads that only
-/// wait (1,000 of them made a one-second solve take four on two cores).
+/// wait (1,000 of them made Microban I #1, a hundredth of a second, take four
+/// seconds on two cores).
 pub const MAX_THREADS: usize = 1024;
 
 /// The worker threads for `--threads`: all cores when not given; zero or more
