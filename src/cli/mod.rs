@@ -52,17 +52,14 @@ pub const EXIT_NOT_SOLVED: u8 = 1;
 /// Exit code: bad input or usage.
 pub const EXIT_BAD_INPUT: u8 = 2;
 
-/// Writes to standard output; an error keeps its kind and names where it
-/// happened.
+/// Writes to standard output; an error keeps its kind (for
+/// [`closed_stdout`]) and names where it happened.
 pub fn write_stdout(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
     use std::io::Write;
-    std::io::stdout().lock().write_fmt(args).map_err(stdout_error)
-}
-
-/// A failed write to standard output, named: its kind kept for
-/// [`closed_stdout`].
-pub fn stdout_error(e: std::io::Error) -> std::io::Error {
-    std::io::Error::new(e.kind(), format!("writing to standard output: {e}"))
+    std::io::stdout()
+        .lock()
+        .write_fmt(args)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("writing to standard output: {e}")))
 }
 
 /// Whether `e` is standard output's reader gone away (a closed pipe): the

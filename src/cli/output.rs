@@ -6,7 +6,6 @@ use sokoshard::engine::report::IterationSearch;
 use sokoshard::solve::{Objective, SolveReport, Status};
 use sokoshard::sys::{human_bytes, peak_rss_bytes};
 use std::io::IsTerminal;
-use std::io::Write;
 use std::time::Duration;
 
 /// One level's JSON line: where it is, its report, and this process's figures.
@@ -43,8 +42,6 @@ pub fn print_level(
     error: Option<&str>,
     json: bool,
 ) -> std::io::Result<()> {
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
     if json {
         let line = match report {
             Some(report) => serde_json::to_string(&Line {
@@ -67,7 +64,7 @@ pub fn print_level(
             }),
         };
         if let Ok(line) = line {
-            written(writeln!(out, "{line}"))?;
+            outln!("{line}")?;
         }
         return Ok(());
     }
@@ -81,20 +78,19 @@ pub fn print_level(
                         Some(Objective::PushesMoves) => " (fewest pushes, then fewest moves)",
                         _ => " (fewest pushes)",
                     };
-                    written(writeln!(
-                        out,
+                    outln!(
                         "{head}: solved in {} pushes, {} moves{proven}",
                         r.pushes.unwrap_or(0),
                         r.moves.unwrap_or(0)
-                    ))?;
+                    )?;
                     if let Some(note) = &r.moves_note {
-                        written(writeln!(out, "  moves not minimized: {note}"))?;
+                        outln!("  moves not minimized: {note}")?;
                     }
-                    written(writeln!(out, "  solution: {}", r.solution.as_deref().unwrap_or("")))?;
+                    outln!("  solution: {}", r.solution.as_deref().unwrap_or(""))?;
                 }
                 other => {
                     let why = r.reason.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
-                    written(writeln!(out, "{head}: {}{why}", other.name()))?;
+                    outln!("{head}: {}{why}", other.name())?;
                 }
             }
             if !r.iterations.is_empty() {
@@ -111,12 +107,11 @@ pub fn print_level(
                         format!("{u} ({} states, {:.2} s{cut})", it.states, it.seconds)
                     })
                     .collect();
-                written(writeln!(out, "  bounds: {}", steps.join(", ")))?;
+                outln!("  bounds: {}", steps.join(", "))?;
             }
-            written(writeln!(out, "  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds))?;
+            outln!("  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds)?;
             if r.moves_seconds > 0.0 {
-                written(writeln!(
-                    out,
+                outln!(
                     "  moves pass: {} states searched, {} on push-optimal solutions{}; {:.3} s",
                     r.moves_states,
                     r.optimal_states,
@@ -126,27 +121,25 @@ pub fn print_level(
                         String::new()
                     },
                     r.moves_seconds
-                ))?;
+                )?;
             }
             if let Some(st) = &r.storage {
                 let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
-                written(writeln!(
-                    out,
+                outln!(
                     "  disk: {} for {} states on disk ({per:.2} B/state), peak {}; budget {}, peak RSS {}",
                     human_bytes(r.disk_bytes),
                     st.disk_states,
                     human_bytes(st.peak_disk_bytes),
                     human_bytes(st.memory_budget_bytes),
                     human_bytes(peak_rss_bytes())
-                ))?;
+                )?;
                 if let Some(dir) = &st.spill_dir {
-                    written(writeln!(out, "  spill files kept in {}", dir.display()))?;
+                    outln!("  spill files kept in {}", dir.display())?;
                 }
             }
         }
         (None, Some(e)) => {
-            written(writeln!(out, "level {index} ({title}): error: {e}"))?;
-            drop(out);
+            outln!("level {index} ({title}): error: {e}")?;
             if error_also_on_stderr(std::io::stdout().is_terminal(), std::io::stderr().is_terminal()) {
                 errln!("error: {e}");
             }
@@ -154,11 +147,6 @@ pub fn print_level(
         (None, None) => {}
     }
     Ok(())
-}
-
-/// A write to the locked standard output, its error named.
-fn written(r: std::io::Result<()>) -> std::io::Result<()> {
-    r.map_err(super::stdout_error)
 }
 
 /// The summary table after several levels: `None` counts as an error.

@@ -250,17 +250,23 @@ fn usage_errors_exit_2() {
     assert_eq!(sokoshard(&["frobnicate"]).status.code(), Some(2));
 }
 
-#[test]
-fn reads_levels_from_stdin() {
+/// Runs `sokoshard args` with `input` on its standard input.
+fn with_stdin(args: &[&str], input: &[u8]) -> Output {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
-        .args(["solve", "-", "--json"])
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"######\n#@$ .#\n######\n").unwrap();
-    let o = child.wait_with_output().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn reads_levels_from_stdin() {
+    let o = with_stdin(&["solve", "-", "--json"], b"######\n#@$ .#\n######\n");
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["pushes"], 2);
 }
@@ -343,16 +349,22 @@ fn bench_engine_alternates_rounds_and_reports_the_range_of_speed_ups() {
     assert!(stderr(&o).contains("--rounds"), "{}", stderr(&o));
 }
 
-/// Runs `sokoshard args` with its stdout a pipe whose reading end is closed
-/// before the command writes anything (as `sokoshard ... | head -0` would).
-fn with_stdout_closed(args: &[&str]) -> Output {
+/// Runs `sokoshard args` (with `SOKOSHARD_LOG=debug`) with its stdout or,
+/// with `stderr`, its stderr a pipe whose reading end is closed before the
+/// command writes anything (as `sokoshard ... | head -0` would).
+fn with_closed(args: &[&str], stderr: bool) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
         .args(args)
+        .env("SOKOSHARD_LOG", if stderr { "debug" } else { "warn" })
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    drop(child.stdout.take());
+    if stderr {
+        drop(child.stderr.take());
+    } else {
+        drop(child.stdout.take());
+    }
     child.wait_with_output().unwrap()
 }
 
@@ -374,7 +386,7 @@ fn a_closed_stdout_pipe_ends_the_command_quietly_instead_of_panicking() {
         vec!["solve", file, "--levels", "1-155", "--objective", "pushes", "--output", sok.to_str().unwrap()],
         vec!["solve", file, "--levels", "1-2", "--json"],
     ] {
-        let o = with_stdout_closed(&args);
+        let o = with_closed(&args, false);
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).is_empty(), "{args:?}: {}", stderr(&o));
     }
@@ -406,17 +418,7 @@ fn a_closed_stderr_loses_the_logs_and_messages_but_not_the_result_or_the_exit_co
     // with stderr gone, a debug log line (through the log's own error report)
     // and the final `error:` line panicked, exit 101
     let file = repo(MICROBAN);
-    let run = |args: &[&str]| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
-            .args(args)
-            .env("SOKOSHARD_LOG", "debug")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        drop(child.stderr.take());
-        child.wait_with_output().unwrap()
-    };
+    let run = |args: &[&str]| with_closed(args, true);
     let o = run(&["solve", file.to_str().unwrap(), "--level", "2", "--objective", "pushes", "--json"]);
     assert_eq!(o.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
@@ -479,14 +481,7 @@ fn a_collection_past_any_real_size_is_refused_and_other_encodings_read_from_stdi
     assert!(written < 1024, "the whole GiB went in");
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("standard input: more than 256 MiB"), "{}", stderr(&o));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
-        .args(["solve", "-", "--json", "--objective", "pushes"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(b"; caf\xe9\n\n######\n#@$ .#\n######\n").unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = with_stdin(&["solve", "-", "--json", "--objective", "pushes"], b"; caf\xe9\n\n######\n#@$ .#\n######\n");
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["pushes"], 2);
 }
