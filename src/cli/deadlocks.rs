@@ -5,7 +5,7 @@ use super::progress::KProgress;
 use super::{read_collection, Selection, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use sokoshard::engine::kpg::{unpack, DeadPlayers, KStats, KTable, Packed, MAX_K};
+use sokoshard::engine::kpg::{unpack, DeadPlayers, KChoice, KStats, KTable, Packed, MAX_K};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::parse_one;
 use sokoshard::model::pairs::DEAD;
@@ -32,9 +32,10 @@ pub struct BuildArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub select: Selection,
-    /// Largest k (boxes per sub-game), 1 to 8.
-    #[arg(long, default_value_t = 2)]
-    pub k: usize,
+    /// Largest k (boxes per sub-game), 1 to 8 [default: the k a solve of the
+    /// level would choose].
+    #[arg(long)]
+    pub k: Option<usize>,
     /// Output database file.
     #[arg(short = 'o', long)]
     pub output: PathBuf,
@@ -83,7 +84,9 @@ pub fn describe(s: &KStats, bytes: u64) -> String {
 }
 
 fn build(args: BuildArgs) -> Result<ExitCode> {
-    anyhow::ensure!((1..=MAX_K).contains(&args.k), "--k must be between 1 and {MAX_K}");
+    if let Some(k) = args.k {
+        anyhow::ensure!((1..=MAX_K).contains(&k), "--k must be between 1 and {MAX_K}");
+    }
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
     let picked = args.select.pick(&all, &source)?;
@@ -96,8 +99,9 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     let threads = super::threads(args.threads)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
     let progress = KProgress::new(format!("level {} ({})", level.index, level.title));
-    let (tables, stats) =
-        pool.install(|| build_tables(board.clone(), args.k, 16, &AtomicBool::new(false), &progress))?;
+    let (tables, stats) = pool.install(|| {
+        build_tables(board.clone(), args.k.map_or(KChoice::Auto, KChoice::UpTo), 16, &AtomicBool::new(false), &progress)
+    })?;
     progress.finish();
     // the bounded search's pair penalties go into the file beside the patterns
     let tables = tables.with_level_pairs();
@@ -123,7 +127,7 @@ fn build_on_cluster(
     });
     let (bytes, stats) = super::cluster::runtime()?.block_on(async {
         let mut c = sokoshard::cluster::client::Client::new(&net, addr)?;
-        c.build_tables(&text, &level.title, level.index as u32, args.k as u32, 0, |v| {
+        c.build_tables(&text, &level.title, level.index as u32, args.k.map(|k| k as u32), 0, |v| {
             if let Some(b) = &bar {
                 b.set_message(format!("{}: {}", v.state, v.message));
             }

@@ -299,14 +299,15 @@ impl Client {
         }
     }
 
-    /// Builds k-PG tables for k = 1..=`k` on the cluster: submits a DEADLOCKS
-    /// job, follows it, and returns the .kdb database with what each k cost.
+    /// Builds k-PG tables for k = 1..=`k` on the cluster (no `k`: the k a solve
+    /// of the level would choose): submits a DEADLOCKS job, follows it, and
+    /// returns the .kdb database with what each k cost.
     pub async fn build_tables(
         &mut self,
         level_text: &str,
         title: &str,
         index: u32,
-        k: u32,
+        k: Option<u32>,
         partitions: u32,
         on_update: impl FnMut(&JobView),
     ) -> Result<(Vec<u8>, Vec<KStats>), ClusterError> {
@@ -316,7 +317,7 @@ impl Client {
             level_text: level_text.to_string(),
             title: title.to_string(),
             index,
-            options: Some(JobOptions { partitions, kpg: Some(k), ..Default::default() }),
+            options: Some(JobOptions { partitions, kpg: k, ..Default::default() }),
         };
         let id = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?.into_inner().job_id;
         let v = self.watch(id, Duration::from_secs(300), on_update).await?;

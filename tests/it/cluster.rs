@@ -1094,8 +1094,13 @@ fn k_pg_tables_built_on_the_cluster_match_local_ones_and_jobs_use_them() {
     c.wait_workers(2);
     let file = repo(MICROBAN);
     // the same k-games played by the same engine: the same database, byte for byte
-    let (local, cluster) = build_locally_and_on_the_cluster(&c, "10", "2");
+    let (local, cluster) = build_locally_and_on_the_cluster(&c, "10", Some("2"));
     assert_eq!(local, cluster);
+    // without --k both choose k as a solve would: #10's three boxes, all of them
+    let (local, cluster) = build_locally_and_on_the_cluster(&c, "10", None);
+    assert_eq!(local, cluster);
+    let show = Command::new(BIN).args(["deadlocks", "show"]).arg(c.dir.path().join("local.kdb")).output().unwrap();
+    assert!(String::from_utf8_lossy(&show.stdout).contains("k=3"), "{}", String::from_utf8_lossy(&show.stdout));
     // a job that uses k-PG tables finds what local mode finds with them
     let o = c.cli(&["submit", file.to_str().unwrap(), "--levels", "10-12", "--kpg", "2", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
@@ -1130,20 +1135,22 @@ fn a_k_game_at_the_box_count_on_the_cluster_is_played_without_move_pruning() {
     let mut c = Cluster::start(&["--min-workers", "1"], &[]);
     c.start_worker(0);
     c.wait_workers(1);
-    let (local, cluster) = build_locally_and_on_the_cluster(&c, "10", "3");
+    let (local, cluster) = build_locally_and_on_the_cluster(&c, "10", Some("3"));
     let show = Command::new(BIN).args(["deadlocks", "show"]).arg(c.dir.path().join("local.kdb")).output().unwrap();
     assert!(String::from_utf8_lossy(&show.stdout).contains("k=3"), "{}", String::from_utf8_lossy(&show.stdout));
     assert_eq!(local, cluster);
 }
 
-/// `deadlocks build` of a Microban I level, the same command line run locally
-/// (to `local.kdb`) and through the coordinator (`cluster.kdb`): both files.
-fn build_locally_and_on_the_cluster(c: &Cluster, level: &str, k: &str) -> (Vec<u8>, Vec<u8>) {
+/// `deadlocks build` of a Microban I level (with `--k` when `k` is given), the
+/// same command line run locally (to `local.kdb`) and through the coordinator
+/// (`cluster.kdb`): both files.
+fn build_locally_and_on_the_cluster(c: &Cluster, level: &str, k: Option<&str>) -> (Vec<u8>, Vec<u8>) {
     let file = repo(MICROBAN);
     let local_db = c.dir.path().join("local.kdb");
     let cluster_db = c.dir.path().join("cluster.kdb");
-    let build = ["deadlocks", "build", file.to_str().unwrap(), "--level", level, "--k", k, "-o"];
-    let o = Command::new(BIN).args(build).arg(&local_db).output().unwrap();
+    let k = k.map_or(vec![], |k| vec!["--k", k]);
+    let build = [&["deadlocks", "build", file.to_str().unwrap(), "--level", level][..], &k, &["-o"]].concat();
+    let o = Command::new(BIN).args(&build).arg(&local_db).output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let o = c.cli(&[&build[..], &[cluster_db.to_str().unwrap()]].concat());
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());

@@ -146,6 +146,28 @@ fn sokoshard(args: &[&str]) -> std::process::Output {
 const MB93_PUSHES: u64 = 34;
 
 #[test]
+fn deadlocks_build_without_k_builds_the_tables_a_solve_would() {
+    // `--k` once defaulted to 2, fewer tables than a solve of #144 builds for
+    // itself (k = 4): a database meant for reuse held less than no database
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mb144.kdb");
+    let db = db.to_str().unwrap();
+    let file = repo("levels/Microban_155.xsb");
+    let file = file.to_str().unwrap();
+    let o = sokoshard(&["deadlocks", "build", file, "--level", "144", "-o", db, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let built = String::from_utf8_lossy(&o.stdout).lines().count();
+    let o = sokoshard(&["solve", file, "--level", "144", "--json"]);
+    let solved: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    assert!(built > 2, "{built} tables");
+    assert_eq!(solved["kpg"], built as u64, "{solved}");
+    let o = sokoshard(&["solve", file, "--level", "144", "--deadlocks", db, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let reused: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    assert_eq!((&reused["pushes"], &reused["kpg"]), (&solved["pushes"], &solved["kpg"]), "{reused}");
+}
+
+#[test]
 fn deadlock_database_build_show_and_reuse() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("mb93.kdb");

@@ -48,14 +48,17 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     sh.set_running(id, true);
     let mut deployment = ClusterDeployment { sh: sh.clone(), id, rt: rt.clone(), stop: &stop, tables_reused: None };
     if rec.kind == Kind::Deadlocks {
-        let max_k = (rec.options.kpg.unwrap_or(0) as usize).min(MAX_K);
-        let built = deployment.build_tables(&board, KChoice::UpTo(max_k), &stop, &NoProgress);
+        // no k: the tables a solve of this level would build for itself
+        let choice = rec.options.kpg.map_or(KChoice::Auto, |k| KChoice::UpTo((k as usize).min(MAX_K)));
+        let built = deployment.build_tables(&board, choice, &stop, &NoProgress);
         sh.set_running(id, false);
         let (state, msg) = match (cancelled.load(Ordering::SeqCst), built) {
             (true, _) => (State::Cancelled, "cancelled".to_string()),
             (false, Err(e)) => return (fail(cluster_error(e).to_string()), unload_all(sh, id, rt)).1,
             (false, Ok(None)) => (State::Failed, "stopped by its timeout before the tables were complete".to_string()),
-            (false, Ok(Some(_))) => (State::Finished, format!("k-PG tables built for k = 1..{max_k}")),
+            (false, Ok(Some((_, stats)))) => {
+                (State::Finished, format!("k-PG tables built for k = 1..{}", stats.last().map_or(0, |s| s.k)))
+            }
         };
         let _ = sh.update(id, true, |r| {
             r.state = state;

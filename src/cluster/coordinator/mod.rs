@@ -574,7 +574,7 @@ impl Coordinator for CoordinatorService {
             );
         }
         let k = options.kpg.map(|k| k as usize);
-        if k.is_some_and(|k| k > crate::engine::kpg::MAX_K) || (kind == Kind::Deadlocks && k.unwrap_or(0) == 0) {
+        if k.is_some_and(|k| k > crate::engine::kpg::MAX_K) || (kind == Kind::Deadlocks && k == Some(0)) {
             return Err(ClusterError::InvalidArgument(format!(
                 "k-PG tables are built for k = 1 to {}",
                 crate::engine::kpg::MAX_K
