@@ -2,7 +2,7 @@
 //! `cancel`, the benchmark): plain serializable views instead of prost types, and
 //! a watch that outlives a coordinator restart by reconnecting.
 
-use super::net::{CoordinatorRpc, NetConfig};
+use super::net::{CoordinatorRpc, NetConfig, Retry};
 use super::proto::*;
 use super::{ClusterError, PROTOCOL_VERSION};
 use crate::engine::driver::PlainTry as EnginePlainTry;
@@ -265,11 +265,13 @@ impl Client {
         mut on_update: impl FnMut(&JobView),
     ) -> Result<JobView, ClusterError> {
         let mut lost_since: Option<Instant> = None;
+        let mut retry = Retry::new(Duration::from_millis(300), Duration::from_secs(2));
         loop {
             let r = self.rpc.watch(WatchRequest { job_id: id }).await;
             let err = match r {
                 Ok(resp) => {
                     lost_since = None;
+                    retry.succeeded(Instant::now());
                     let mut stream = resp.into_inner();
                     loop {
                         match stream.message().await {
@@ -294,8 +296,16 @@ impl Client {
             if since.elapsed() > reconnect {
                 return Err(status_err("watching the job", &self.addr, err));
             }
-            tracing::info!(coordinator = %self.addr, error = %err.message(), "coordinator unreachable, watching again");
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            if let Some(f) = retry.failed(err.message(), Instant::now()) {
+                tracing::info!(
+                    coordinator = %self.addr,
+                    error = %err.message(),
+                    tries = f.failures,
+                    seconds = f.seconds,
+                    "coordinator unreachable, watching again"
+                );
+            }
+            tokio::time::sleep(retry.wait()).await;
         }
     }
 

@@ -8,7 +8,7 @@ use super::{ClusterError, MAX_MESSAGE_BYTES};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
@@ -216,4 +216,107 @@ pub fn rpc_err(what: &str, addr: &str, status: Status) -> ClusterError {
 /// delayed ACK cost tens of milliseconds per RPC round, several per layer.
 pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
+/// How often a failure that repeats the last one logged is logged again.
+pub const RETRY_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// A call retried while it fails (a worker joining, a heartbeat, a client
+/// watching a job): the wait before the next try, doubling from `first` up to
+/// `cap`, and which failures are worth a log line: the first of a run, one
+/// whose message differs from the last logged, and otherwise one per
+/// [`RETRY_LOG_EVERY`], so a node whose peer is down for an hour says so a few
+/// dozen times with a count, not thousands of times.
+#[derive(Debug)]
+pub struct Retry {
+    first: Duration,
+    cap: Duration,
+    wait: Duration,
+    failures: u64,
+    since: Option<Instant>,
+    logged: Option<(Instant, String)>,
+}
+
+/// A run of failures as far as it went: how many, for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failing {
+    pub failures: u64,
+    pub seconds: u64,
+}
+
+impl Retry {
+    pub fn new(first: Duration, cap: Duration) -> Self {
+        Retry { first, cap: cap.max(first), wait: first, failures: 0, since: None, logged: None }
+    }
+
+    /// Records a failure with `message` at `now`; returns the run so far when
+    /// this failure is worth a log line.
+    pub fn failed(&mut self, message: &str, now: Instant) -> Option<Failing> {
+        self.wait = if self.failures == 0 { self.first } else { (self.wait * 2).min(self.cap) };
+        self.failures += 1;
+        let since = *self.since.get_or_insert(now);
+        let log = match &self.logged {
+            Some((at, last)) => last != message || now.saturating_duration_since(*at) >= RETRY_LOG_EVERY,
+            None => true,
+        };
+        if !log {
+            return None;
+        }
+        self.logged = Some((now, message.to_string()));
+        Some(Failing { failures: self.failures, seconds: now.saturating_duration_since(since).as_secs() })
+    }
+
+    /// The wait before the next try.
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// Records a success at `now`; returns the run of failures it ends, if any.
+    pub fn succeeded(&mut self, now: Instant) -> Option<Failing> {
+        let ended = self
+            .since
+            .map(|since| Failing { failures: self.failures, seconds: now.saturating_duration_since(since).as_secs() });
+        *self = Retry::new(self.first, self.cap);
+        ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_waits_longer_up_to_its_cap_and_logs_a_repeated_failure_once_a_minute() {
+        let t0 = Instant::now();
+        let mut r = Retry::new(Duration::from_millis(500), Duration::from_secs(4));
+        let mut at = t0;
+        let mut logged = Vec::new();
+        let mut waits = Vec::new();
+        // ten minutes of the same failure
+        while at < t0 + Duration::from_secs(600) {
+            if let Some(f) = r.failed("connection refused", at) {
+                logged.push(f);
+            }
+            waits.push(r.wait().as_millis());
+            at += r.wait();
+        }
+        assert_eq!(waits[..5], [500, 1000, 2000, 4000, 4000]);
+        // the first failure, then one line a minute with the run's count and length
+        assert_eq!(logged[0], Failing { failures: 1, seconds: 0 });
+        assert_eq!(logged.len(), 10, "{logged:?}");
+        assert!(logged.windows(2).all(|w| w[1].seconds >= w[0].seconds + 60), "{logged:?}");
+        // failures at 0, 0.5, 1.5 and 3.5 s, then every 4 s from 7.5 s: the
+        // 19th, at 63.5 s, is the first a minute after the first was logged
+        assert_eq!(logged[1], Failing { failures: 19, seconds: 63 }, "{logged:?}");
+        // a different failure is news
+        assert!(r.failed("no route to host", at).is_some());
+        assert!(r.failed("no route to host", at).is_none());
+        // a success ends the run, and says how long it was; the next starts over
+        let ended = r.succeeded(at + Duration::from_secs(1)).unwrap();
+        assert_eq!(ended.failures, waits.len() as u64 + 2);
+        assert!(ended.seconds >= 600, "{ended:?}");
+        assert_eq!(r.succeeded(at), None);
+        assert_eq!(r.failed("connection refused", at), Some(Failing { failures: 1, seconds: 0 }));
+        assert_eq!(r.wait(), Duration::from_millis(500));
+    }
 }

@@ -459,6 +459,29 @@ fn incoming_successors_many_times_a_workers_budget_spill_and_peak_rss_stays_boun
 /// lost and the layer step started over (17 times on this job, which a longer
 /// level turned into a job that never got past one layer).
 #[test]
+fn a_worker_started_before_its_coordinator_logs_the_wait_once_and_joins_when_it_is_up() {
+    // the worker's join retry once logged a warning every 500 ms for as long
+    // as the coordinator was away: thousands of lines an hour
+    let mut c = Cluster::start(&[], &[]);
+    c.coordinator.kill();
+    c.start_worker(0);
+    std::thread::sleep(Duration::from_millis(3500));
+    let log = std::fs::read_to_string(&c.workers[0].log).unwrap();
+    let waits = log.lines().filter(|l| l.contains("join failed")).count();
+    assert!((1..=2).contains(&waits), "{waits} lines about the same failure:\n{log}");
+    c.restart_coordinator();
+    c.wait_workers(1);
+    let log = std::fs::read_to_string(&c.workers[0].log).unwrap();
+    let joined = log.lines().find(|l| l.contains("joined the cluster")).unwrap_or_else(|| panic!("{log}"));
+    // tries at 0, 0.5 and 1.5 s after the worker started (and at 3.5 s, if it
+    // started at once) failed before the coordinator came back: more than
+    // the lines that said so
+    let failed: u64 =
+        joined.split("failed_tries=").nth(1).and_then(|t| t.split_whitespace().next()).unwrap().parse().unwrap();
+    assert!(failed >= 3 && failed as usize > waits, "{joined}");
+}
+
+#[test]
 fn a_long_merge_does_not_silence_the_heartbeat() {
     let mut c = Cluster::start(&["--min-workers", "2", "--heartbeat-timeout", "0.8"], &[]);
     c.start_worker(0);

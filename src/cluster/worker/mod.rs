@@ -12,7 +12,7 @@
 
 pub mod job;
 
-use super::net::{rpc_err, CheckToken, NetConfig, WorkerClients};
+use super::net::{rpc_err, CheckToken, NetConfig, Retry, WorkerClients};
 use super::proto::worker_server::{Worker, WorkerServer};
 use super::proto::*;
 use super::{run_cpu, side_of, ClusterError, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -572,13 +572,19 @@ async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, adv
     };
     let mut period = Duration::from_millis(1000);
     let mut joined = false;
+    // a coordinator that is not up yet or gone for a while: tries further
+    // apart (up to a few seconds) and a log line a minute, not one per try
+    let mut joining = Retry::new(Duration::from_millis(500), Duration::from_secs(4));
+    // heartbeats keep their period: only this one's log gate is used
+    let mut beating = Retry::new(period, period);
     loop {
         if !joined {
             match client.join(join.clone()).await {
                 Ok(r) => {
                     joined = true;
                     period = Duration::from_millis(r.get_ref().heartbeat_millis.clamp(100, 60_000) as u64);
-                    tracing::info!(coordinator = %cfg.join, "joined the cluster");
+                    let failed = joining.succeeded(Instant::now()).map_or(0, |f| f.failures);
+                    tracing::info!(coordinator = %cfg.join, failed_tries = failed, "joined the cluster");
                 }
                 Err(s) if matches!(s.code(), tonic::Code::Unauthenticated | tonic::Code::FailedPrecondition) => {
                     // a wrong token or protocol never fixes itself: say so and stop
@@ -588,21 +594,41 @@ async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, adv
                         s.message()
                     ));
                 }
-                Err(s) => tracing::warn!(coordinator = %cfg.join, error = %s.message(), "join failed, retrying"),
+                Err(s) => {
+                    if let Some(f) = joining.failed(s.message(), Instant::now()) {
+                        tracing::warn!(
+                            coordinator = %cfg.join,
+                            error = %s.message(),
+                            tries = f.failures,
+                            seconds = f.seconds,
+                            "join failed, retrying"
+                        );
+                    }
+                }
             }
         } else {
             let hb =
                 HeartbeatRequest { node_id: node.clone(), incarnation: svc.incarnation(), stats: Some(svc.stats()) };
-            match client.heartbeat(hb).await {
+            let answer = client.heartbeat(hb).await;
+            if answer.is_ok() {
+                if let Some(f) = beating.succeeded(Instant::now()) {
+                    tracing::info!(failed = f.failures, seconds = f.seconds, "heartbeats reach the coordinator again");
+                }
+            }
+            match answer {
                 Ok(r) if !r.get_ref().known => {
                     tracing::info!("the coordinator does not know this worker, joining again");
                     joined = false;
                     continue;
                 }
                 Ok(_) => {}
-                Err(s) => tracing::warn!(error = %s.message(), "heartbeat failed"),
+                Err(s) => {
+                    if let Some(f) = beating.failed(s.message(), Instant::now()) {
+                        tracing::warn!(error = %s.message(), failed = f.failures, seconds = f.seconds, "heartbeat failed");
+                    }
+                }
             }
         }
-        tokio::time::sleep(if joined { period } else { Duration::from_millis(500) }).await;
+        tokio::time::sleep(if joined { period } else { joining.wait() }).await;
     }
 }
