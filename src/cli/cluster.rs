@@ -347,7 +347,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         moves_states: a.moves_states,
         triples: a.triples,
     };
-    let _ = ctrlc::set_handler(|| {
+    super::on_stop_signals(super::StopOn::Interrupt, || {
         INTERRUPTED.store(true, Ordering::SeqCst);
         INTERRUPT.notify_waiters();
     });

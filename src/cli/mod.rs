@@ -94,6 +94,41 @@ pub fn error_message(e: &anyhow::Error) -> String {
 /// seconds on two cores).
 pub const MAX_THREADS: usize = 1024;
 
+/// Which signals stop a command the way Ctrl-C does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopOn {
+    /// Ctrl-C only: a hang-up or a SIGTERM ends the process as by default
+    /// (`submit`: its job goes on on the cluster).
+    Interrupt,
+    /// Ctrl-C, and on unix SIGTERM (`kill`, `timeout`, a container stopped)
+    /// and SIGHUP (its terminal gone): the work stops cleanly, says what it
+    /// found, writes the files asked for and removes its spill files.
+    InterruptTermAndHangUp,
+}
+
+/// Calls `stop` on each signal of `on`, from a thread of its own (never
+/// inside a signal handler). A signal that cannot be caught keeps its default
+/// action, with a warning.
+pub fn on_stop_signals(on: StopOn, stop: fn()) {
+    if let Err(e) = ctrlc::set_handler(stop) {
+        tracing::warn!(error = %e, "cannot catch ctrl-c: it ends the process at once");
+    }
+    #[cfg(unix)]
+    if on == StopOn::InterruptTermAndHangUp {
+        use signal_hook::consts::{SIGHUP, SIGTERM};
+        let caught = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP]).and_then(|mut signals| {
+            std::thread::Builder::new().name("signals".into()).spawn(move || {
+                for _ in signals.forever() {
+                    stop();
+                }
+            })
+        });
+        if let Err(e) = caught {
+            tracing::warn!(error = %e, "cannot catch sigterm and sighup: they end the process at once");
+        }
+    }
+}
+
 /// The worker threads for `--threads`: all cores when not given; zero or more
 /// than [`MAX_THREADS`] is an error, more than the cores a warning.
 pub fn threads(asked: Option<usize>) -> Result<usize> {

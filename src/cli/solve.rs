@@ -180,7 +180,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     let source = args.file.display().to_string();
     let picked = args.select.pick(&all, &source)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("starting worker threads")?;
-    let _ = ctrlc::set_handler(|| {
+    super::on_stop_signals(super::StopOn::InterruptTermAndHangUp, || {
         INTERRUPTED.store(true, Ordering::SeqCst);
         if let Some(c) = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             c.store(true, Ordering::SeqCst);

@@ -298,6 +298,51 @@ fn ctrl_c_stops_cleanly_and_still_prints() {
     assert!(lines[0]["states"].as_u64().unwrap() > 0 && lines[0]["pushes"].is_null());
 }
 
+/// `timeout 600 sokoshard solve ...`, a stopped container or a closed terminal
+/// once killed a solve outright: no line for the level it was in, no
+/// `--output` file for the levels it had solved, and its spill files left
+/// on disk.
+#[test]
+fn sigterm_and_sighup_stop_a_solve_like_ctrl_c_keeping_what_it_found_and_removing_its_spill_files() {
+    use std::io::BufRead;
+    let file = repo(MICROBAN);
+    for signal in ["-TERM", "-HUP"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (spill, out) = (dir.path().join("spill"), dir.path().join("solved.sok"));
+        std::fs::create_dir(&spill).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+            .args(["solve", file.to_str().unwrap(), "--levels", "152-153", "--json", "--mem", "64M"])
+            .args(["--spill-dir", spill.to_str().unwrap(), "--output", out.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // #152 is solved in a moment; #153 takes many seconds, in a spill
+        // directory of its own
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!((&first["level"], &first["status"]), (&152.into(), &"solved".into()), "{first}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::read_dir(&spill).unwrap().next().is_none() {
+            assert!(std::time::Instant::now() < deadline, "#153's spill directory never appeared");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let killed = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+        assert!(killed.success());
+        let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{signal}: {}", stderr(&o));
+        assert_eq!(rest.len(), 1, "{signal}: {rest:?}");
+        let second: serde_json::Value = serde_json::from_str(&rest[0]).unwrap();
+        assert_eq!(second["level"], 153, "{second}");
+        assert_eq!((&second["status"], &second["reason"]), (&"timeout".into(), &"interrupted".into()), "{second}");
+        let sok = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{signal}: no {}: {e}", out.display()));
+        assert_eq!(sok.matches("Solution (moves").count(), 1, "{signal}: {sok}");
+        let left: Vec<_> = std::fs::read_dir(&spill).unwrap().map(|e| e.unwrap().path()).collect();
+        assert!(left.is_empty(), "{signal}: spill files left behind: {left:?}");
+    }
+}
+
 #[test]
 fn logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
     // a coordinator's log file was full of escape codes

@@ -581,14 +581,27 @@ fn follow_level(c: &Cluster, level: usize, extra: &[&str]) -> std::process::Chil
 
 /// Ctrl-C on a following `submit` cancels its job on the cluster at once (the
 /// client waits on the signal, not on a timer) and still prints what the job
-/// found, with exit 1.
+/// found, with exit 1. A hang-up (the terminal closed, an ssh session lost)
+/// ends only the client: the job goes on.
 #[test]
 fn ctrl_c_on_submit_cancels_the_job_and_prints_it() {
     let mut c = Cluster::start(&["--min-workers", "1", "--layer-delay-ms", "250"], &[]);
     c.start_worker(0);
     c.wait_workers(1);
     let client = follow_level(&c, 3, &[]);
-    let id = 1;
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, 1)) >= 3 && job(st, 1)["state"] == "running");
+    let killed = Command::new("kill").args(["-HUP", &client.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let out = client.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), None, "ended by the hang-up: {}", String::from_utf8_lossy(&out.stderr));
+    let st = c.status();
+    let at = layers_done(&job(&st, 1));
+    c.wait_for("the job to go on", 60, |st| layers_done(&job(st, 1)) >= at + 2 && job(st, 1)["state"] == "running");
+    let o = c.cli(&["cancel", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let client = follow_level(&c, 3, &[]);
+    let id = 2;
     c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 3 && job(st, id)["state"] == "running");
     let killed = Command::new("kill").args(["-INT", &client.id().to_string()]).status().unwrap();
     assert!(killed.success());
