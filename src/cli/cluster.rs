@@ -503,7 +503,9 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
         )?;
         for j in &jobs {
             let note = match (&j.result, j.queue_position) {
-                (Some(r), _) if r.status == Status::Solved => format!("{} pushes", r.pushes.unwrap_or(0)),
+                (Some(r), _) if r.status == Status::Solved => {
+                    super::count(r.pushes.unwrap_or(0) as u64, "push", "pushes")
+                }
                 (Some(r), _) => r.status.name().to_string(),
                 (None, Some(n)) if j.message.is_empty() => format!("queue #{n}"),
                 (None, Some(n)) => format!("queue #{n}: {}", j.message),

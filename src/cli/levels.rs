@@ -90,7 +90,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     if args.json {
         outln!("{}", serde_json::to_string(&v)?)?;
     } else if v.valid {
-        outln!("valid: {} pushes, {} moves", v.pushes, v.moves)?;
+        outln!("valid: {}", super::pushes_moves(v.pushes as u64, v.moves as u64))?;
     } else {
         outln!("{}", invalid(&v))?;
     }
@@ -100,10 +100,9 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
 /// Where and why a solution fails, as `verify` and `replay` say it.
 pub fn invalid(v: &sokoshard::model::solution::Verdict) -> String {
     format!(
-        "invalid at step {}: {} (after {} pushes, {} moves)",
+        "invalid at step {}: {} (after {})",
         v.step.unwrap_or(0),
         v.reason.as_deref().unwrap_or("?"),
-        v.pushes,
-        v.moves
+        super::pushes_moves(v.pushes as u64, v.moves as u64)
     )
 }

@@ -94,6 +94,16 @@ pub fn error_message(e: &anyhow::Error) -> String {
 /// seconds on two cores).
 pub const MAX_THREADS: usize = 1024;
 
+/// `n` and its noun, singular for one: "1 push", "3 pushes".
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Pushes and moves as every printer says them: "1 push, 3 moves".
+pub fn pushes_moves(pushes: u64, moves: u64) -> String {
+    format!("{}, {}", count(pushes, "push", "pushes"), count(moves, "move", "moves"))
+}
+
 /// Which signals stop a command the way Ctrl-C does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopOn {

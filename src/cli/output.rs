@@ -78,11 +78,8 @@ pub fn print_level(
                         Some(Objective::PushesMoves) => " (fewest pushes, then fewest moves)",
                         _ => " (fewest pushes)",
                     };
-                    outln!(
-                        "{head}: solved in {} pushes, {} moves{proven}",
-                        r.pushes.unwrap_or(0),
-                        r.moves.unwrap_or(0)
-                    )?;
+                    let counts = super::pushes_moves(r.pushes.unwrap_or(0) as u64, r.moves.unwrap_or(0) as u64);
+                    outln!("{head}: solved in {counts}{proven}")?;
                     if let Some(note) = &r.moves_note {
                         outln!("  moves not minimized: {note}")?;
                     }

@@ -31,12 +31,11 @@ pub fn run_replay(args: ReplayArgs) -> Result<ExitCode> {
     }
     write_replay(&args.html, &[ReplayLevel::new(&level, &args.of.solution, v.pushes, v.moves)])?;
     outln!(
-        "wrote {}: level {} ({}), {} pushes, {} moves",
+        "wrote {}: level {} ({}), {}",
         args.html.display(),
         level.index,
         level.title,
-        v.pushes,
-        v.moves
+        super::pushes_moves(v.pushes as u64, v.moves as u64)
     )?;
     Ok(ExitCode::from(EXIT_OK))
 }

@@ -204,6 +204,20 @@ fn solve_text_output_summary_and_sok_file() {
 }
 
 #[test]
+fn one_push_and_one_move_are_said_in_the_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("one.xsb");
+    std::fs::write(&path, "#####\n#@$.#\n#####\n").unwrap();
+    let path = path.to_str().unwrap();
+    let o = sokoshard(&["solve", path]);
+    assert!(stdout(&o).contains("solved in 1 push, 1 move ("), "{}", stdout(&o));
+    let o = sokoshard(&["verify", path, "--solution", "R"]);
+    assert_eq!(stdout(&o).trim(), "valid: 1 push, 1 move");
+    let o = sokoshard(&["verify", path, "--solution", "RR"]);
+    assert!(stdout(&o).contains("(after 1 push, 1 move)"), "{}", stdout(&o));
+}
+
+#[test]
 fn unsolvable_level_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stuck.xsb");
