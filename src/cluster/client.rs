@@ -296,15 +296,7 @@ impl Client {
             if since.elapsed() > reconnect {
                 return Err(status_err("watching the job", &self.addr, err));
             }
-            if let Some(f) = retry.failed(err.message(), Instant::now()) {
-                tracing::info!(
-                    coordinator = %self.addr,
-                    error = %err.message(),
-                    tries = f.failures,
-                    seconds = f.seconds,
-                    "coordinator unreachable, watching again"
-                );
-            }
+            retry.failed_at_coordinator("coordinator unreachable, watching again", &self.addr, err.message());
             tokio::time::sleep(retry.wait()).await;
         }
     }

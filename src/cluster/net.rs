@@ -266,6 +266,15 @@ impl Retry {
         Some(Failing { failures: self.failures, seconds: now.saturating_duration_since(since).as_secs() })
     }
 
+    /// [`Retry::failed`] now, with its log line when it is worth one: a
+    /// warning `what`, with the coordinator's address, the error, and the
+    /// tries and seconds the failures have lasted.
+    pub fn failed_at_coordinator(&mut self, what: &str, coordinator: &str, error: &str) {
+        if let Some(f) = self.failed(error, Instant::now()) {
+            tracing::warn!(coordinator, error, tries = f.failures, seconds = f.seconds, "{what}");
+        }
+    }
+
     /// The wait before the next try.
     pub fn wait(&self) -> Duration {
         self.wait

@@ -594,17 +594,7 @@ async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, adv
                         s.message()
                     ));
                 }
-                Err(s) => {
-                    if let Some(f) = joining.failed(s.message(), Instant::now()) {
-                        tracing::warn!(
-                            coordinator = %cfg.join,
-                            error = %s.message(),
-                            tries = f.failures,
-                            seconds = f.seconds,
-                            "join failed, retrying"
-                        );
-                    }
-                }
+                Err(s) => joining.failed_at_coordinator("join failed, retrying", &cfg.join, s.message()),
             }
         } else {
             let hb =
@@ -622,11 +612,7 @@ async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, adv
                     continue;
                 }
                 Ok(_) => {}
-                Err(s) => {
-                    if let Some(f) = beating.failed(s.message(), Instant::now()) {
-                        tracing::warn!(error = %s.message(), failed = f.failures, seconds = f.seconds, "heartbeat failed");
-                    }
-                }
+                Err(s) => beating.failed_at_coordinator("heartbeat failed", &cfg.join, s.message()),
             }
         }
         tokio::time::sleep(if joined { period } else { joining.wait() }).await;
