@@ -12,7 +12,7 @@
 
 use super::super::codec::keys_from_bytes;
 use super::super::codec::keys_to_bytes;
-use super::super::net::{rpc_err, WorkerRpc};
+use super::super::net::{rpc_err, Retry, WorkerRpc};
 use super::super::proto::*;
 use super::super::{side_to, ClusterError, PROTOCOL_VERSION};
 use super::job::engine_error;
@@ -58,6 +58,12 @@ impl Phase {
     }
 }
 
+/// The wait after a worker fault before the job tries again, doubling with
+/// each fault in a row up to [`FAULT_BACKOFF_MAX`]; a change (a worker lost,
+/// joined or back) ends the wait at once.
+const FAULT_BACKOFF: Duration = Duration::from_millis(200);
+const FAULT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
 /// The cluster behind the engine's [`LayerBackend`] seam.
 pub struct ClusterBackend<'a, K: StateKey> {
     pub(super) sh: Arc<Shared>,
@@ -77,6 +83,9 @@ pub struct ClusterBackend<'a, K: StateKey> {
     pub(super) step_id: u64,
     /// A worker failed or is missing: the next load is a resume.
     pub(super) paused: bool,
+    /// Worker faults in a row: how long to back off (a change cuts it short)
+    /// and which are worth a log line.
+    pub(super) faults: Retry,
     /// Nodes whose partitions must be rebuilt (they came back without their
     /// data, or a spare took a lost node's place): loaded empty, then filled
     /// from the others' layers ([`ClusterBackend::rebuild_lost`]).
@@ -114,6 +123,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
             layers,
             step_id: 0,
             paused: false,
+            faults: Retry::new(FAULT_BACKOFF, FAULT_BACKOFF_MAX),
             rebuild: Vec::new(),
             seeds: [None, None],
             _key: PhantomData,
@@ -222,10 +232,10 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     match self.rebuild_lost() {
                         Ok(()) => self.rebuild.iter_mut().for_each(|r| *r = false),
                         Err(e) if e.is_node_fault() => {
-                            tracing::warn!(job = self.id, error = %e, "rebuilding lost partitions failed, retrying");
+                            self.fault(&e, "rebuilding lost partitions failed, retrying");
                             self.abort_all();
                             self.loaded.iter_mut().for_each(|l| *l = 0);
-                            self.wait_change(seen, Duration::from_millis(200));
+                            self.wait_change(seen, self.faults.wait());
                         }
                         Err(e) => return Err(e),
                     }
@@ -287,10 +297,10 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     }
                 }
                 Err(e) if e.is_node_fault() => {
-                    tracing::warn!(job = self.id, error = %e, "loading the job failed, retrying");
+                    self.fault(&e, "loading the job failed, retrying");
                     self.loaded.iter_mut().for_each(|l| *l = 0);
                     // a backoff that a change (the worker lost, or back) cuts short
-                    self.wait_change(seen, Duration::from_millis(200));
+                    self.wait_change(seen, self.faults.wait());
                 }
                 Err(e) => return Err(e),
             }
@@ -441,6 +451,15 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
         });
     }
 
+    /// Counts a worker fault; logs it as `what` when it is news (the first
+    /// in a row, another error, or a minute since the last line).
+    fn fault(&mut self, e: &ClusterError, what: &str) {
+        let error = e.to_string();
+        if let Some(f) = self.faults.failed(&error, Instant::now()) {
+            tracing::warn!(job = self.id, error, faults = f.failures, seconds = f.seconds, "{what}");
+        }
+    }
+
     /// Runs `attempt` until it succeeds, pausing through node faults.
     pub(super) fn retrying<T>(
         &mut self,
@@ -455,14 +474,20 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                 Err(e) => return Err(e),
             }
             match attempt(self) {
-                Ok(v) => return Ok(Some(v)),
+                Ok(v) => {
+                    self.faults.succeeded(Instant::now());
+                    return Ok(Some(v));
+                }
                 Err(ClusterError::Cancelled) => {
                     self.abort_all();
                     return Ok(None);
                 }
                 Err(e) if e.is_node_fault() => {
                     self.paused = true;
-                    tracing::warn!(job = self.id, error = %e, "{what} failed on a worker; the job pauses and retries from the last completed layer");
+                    self.fault(
+                        &e,
+                        &format!("{what} failed on a worker; the job pauses and retries from the last completed layer"),
+                    );
                     self.set_message(
                         State::Paused,
                         format!(
@@ -472,7 +497,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     self.abort_all();
                     self.loaded.iter_mut().for_each(|l| *l = 0);
                     // a backoff that a change (the worker lost, or back) cuts short
-                    self.wait_change(seen, Duration::from_millis(200));
+                    self.wait_change(seen, self.faults.wait());
                 }
                 Err(e) => {
                     self.abort_all();
