@@ -32,7 +32,7 @@ pub struct BoundArgs {
     #[arg(long, default_value = "93,123,139,144,146,153")]
     pub levels: String,
     /// Seconds each solve may take.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = 600.0, value_parser = super::seconds)]
     pub timeout: f64,
 }
 
@@ -96,7 +96,7 @@ pub struct KpgArgs {
     pub max_k: usize,
     /// Instead of the per-level table: solve every level of the file with this
     /// timeout (seconds) at each k and count the levels solved.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = super::seconds)]
     pub solved_within: Option<f64>,
     /// Turn off freeze-deadlock pruning (and the frozen-target matching) in every
     /// column, to measure what the tables prune on their own (freeze pruning

@@ -79,14 +79,14 @@ pub struct CoordinatorArgs {
     #[arg(long, default_value_t = 1000)]
     pub heartbeat_ms: u64,
     /// Seconds without a heartbeat after which a worker is lost.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = super::seconds)]
     pub heartbeat_timeout: f64,
     /// Seconds a job waits for a lost worker to come back before it fails.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = 600.0, value_parser = super::seconds)]
     pub resume_timeout: f64,
     /// Seconds after which a spare worker (alive, outside the job) takes over a
     /// lost worker's partitions, rebuilding their layers from the others'.
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 120.0, value_parser = super::seconds)]
     pub replace_after: f64,
     /// Memory budget for what runs in the coordinator, e.g. 2G or 512M
     /// (default: half the machine's memory): the probe holds at most a
@@ -151,7 +151,7 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub partitions: Option<u32>,
     /// Per-level time limit in seconds; the level reports `timeout`.
-    #[arg(long)]
+    #[arg(long, value_parser = super::seconds)]
     pub timeout: Option<f64>,
     /// Stop a level (status `limit`) once this many states are stored (a
     /// failed plain try's states, dropped between bound iterations, do not count).
@@ -194,7 +194,7 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub detach: bool,
     /// Seconds to keep trying when the coordinator is unreachable mid-job.
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, default_value_t = 300.0, value_parser = super::seconds)]
     pub reconnect_timeout: f64,
     #[command(flatten)]
     pub net: NetArgs,

@@ -16,7 +16,7 @@ pub struct HealthArgs {
     #[arg(long)]
     pub worker: bool,
     /// Seconds to wait for the answer.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = super::seconds)]
     pub timeout: f64,
     #[command(flatten)]
     pub net: NetArgs,

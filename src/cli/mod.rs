@@ -104,6 +104,18 @@ pub fn pushes_moves(pushes: u64, moves: u64) -> String {
     format!("{}, {}", count(pushes, "push", "pushes"), count(moves, "move", "moves"))
 }
 
+/// Parses a time flag in seconds: a number from 0 to
+/// [`MAX_SECONDS`](sokoshard::engine::search::MAX_SECONDS) (a larger one is
+/// no limit a clock can keep, and used to panic).
+pub fn seconds(s: &str) -> std::result::Result<f64, String> {
+    use sokoshard::engine::search::MAX_SECONDS;
+    let v: f64 = s.trim().parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !(0.0..=MAX_SECONDS).contains(&v) {
+        return Err(format!("{s} seconds: a time must be between 0 and {MAX_SECONDS:e} seconds"));
+    }
+    Ok(v)
+}
+
 /// Which signals stop a command the way Ctrl-C does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopOn {

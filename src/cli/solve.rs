@@ -37,7 +37,7 @@ pub struct SolveArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Per-level time limit in seconds; the level reports `timeout`.
-    #[arg(long)]
+    #[arg(long, value_parser = super::seconds)]
     pub timeout: Option<f64>,
     /// Stop a level (status `limit`) once this many states are stored (a
     /// failed plain try's states, dropped between bound iterations, do not count).
@@ -290,7 +290,7 @@ fn solve_one(
     };
     outcome.level = Some(level);
     let mut opts = opts.clone();
-    opts.deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+    opts.deadline = timeout.and_then(sokoshard::engine::search::deadline_in);
     opts.tables = match (tables.file, tables.kpg) {
         (Some(path), _) => match kdb::load_for(path, board.clone()) {
             Ok(t) => TableSource::Given(Arc::new(t)),

@@ -102,6 +102,18 @@ pub struct ProbeEvent {
 pub struct NoProgress;
 impl Progress for NoProgress {}
 
+/// The longest time limit taken, in seconds (about 31 years): a limit past
+/// it is refused, and a deadline that far ahead could overflow a clock.
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// The instant `seconds` from now (a negative number counts as 0); `None` when
+/// no clock reaches that far (not a number, or past any clock's range): no
+/// deadline at all.
+pub fn deadline_in(seconds: f64) -> Option<std::time::Instant> {
+    let d = std::time::Duration::try_from_secs_f64(seconds.max(0.0)).ok()?;
+    std::time::Instant::now().checked_add(d)
+}
+
 /// Search limits and the stop signal.
 pub struct Limits<'a> {
     /// Raised by a timeout, Ctrl-C or a cluster cancel.

@@ -486,6 +486,25 @@ fn a_closed_stderr_loses_the_logs_and_messages_but_not_the_result_or_the_exit_co
 }
 
 #[test]
+fn time_limits_past_any_clock_are_refused_instead_of_panicking() {
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    for t in ["1e19", "1e30", "inf", "nan", "--timeout=-1", "ten"] {
+        let flag = if t.starts_with("--") { vec![t] } else { vec!["--timeout", t] };
+        let o = sokoshard(&[&["solve", file, "--level", "1"][..], &flag].concat());
+        assert_eq!(o.status.code(), Some(2), "{t}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--timeout") && stderr(&o).contains("seconds"), "{t}: {}", stderr(&o));
+    }
+    // the other time flags read the same way
+    let o = sokoshard(&["health", "127.0.0.1:1", "--timeout", "1e20"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("between 0 and 1e9 seconds"), "{}", stderr(&o));
+    // the largest limit taken runs
+    let o = sokoshard(&["solve", file, "--level", "1", "--timeout", "1e9"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
 fn thread_counts_past_any_machine_are_refused_before_starting_them() {
     // `solve --threads 100000` spent minutes starting threads that only waited
     let file = repo(MICROBAN);

@@ -929,6 +929,14 @@ fn malformed_and_oversized_requests_get_error_statuses() {
         let mut r = submit("#####\n#@$.#\n#####\n".into());
         r.options = Some(JobOptions { partitions: 3, ..Default::default() });
         assert_eq!(co.submit(r).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+        // a timeout past any clock, which once made the job's deadline panic
+        for timeout in [1e30, f64::INFINITY, f64::NAN, -1.0] {
+            let mut r = submit("#####\n#@$.#\n#####\n".into());
+            r.options = Some(JobOptions { timeout, ..Default::default() });
+            let e = co.submit(r).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{timeout}: {e:?}");
+            assert!(e.message().contains("timeout"), "{e:?}");
+        }
         // a worker, called directly: a job with this worker owning half the partitions
         let mut w = worker(&net, &waddr);
         let hello = w.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }).await.unwrap().into_inner();

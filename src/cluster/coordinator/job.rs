@@ -25,7 +25,7 @@ use crate::storage::kdb;
 use crate::storage::tape::DiskTape;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::runtime::Handle;
 
 /// Runs job `id` to its end (or until the coordinator stops), recording the
@@ -86,7 +86,8 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
         // the deadline counts the time already run before a coordinator restart
         deadline: (rec.options.timeout > 0.0)
-            .then(|| Instant::now() + Duration::from_secs_f64((rec.options.timeout - rec.seconds).max(0.0))),
+            .then(|| crate::engine::search::deadline_in(rec.options.timeout - rec.seconds))
+            .flatten(),
     };
     let progress = JobProgress { id };
     let out = solve(&mut deployment, board, &spec, &stop, &Observers { tables: &NoProgress, search: &progress });

@@ -568,10 +568,12 @@ impl Coordinator for CoordinatorService {
             ))
             .into());
         }
-        if !(options.timeout >= 0.0 && options.timeout.is_finite()) {
-            return Err(
-                ClusterError::InvalidArgument("the timeout must be a non-negative number of seconds".into()).into()
-            );
+        if !(options.timeout >= 0.0 && options.timeout <= crate::engine::search::MAX_SECONDS) {
+            return Err(ClusterError::InvalidArgument(format!(
+                "the timeout must be between 0 and {:e} seconds",
+                crate::engine::search::MAX_SECONDS
+            ))
+            .into());
         }
         let k = options.kpg.map(|k| k as usize);
         if k.is_some_and(|k| k > crate::engine::kpg::MAX_K) || (kind == Kind::Deadlocks && k == Some(0)) {
