@@ -129,16 +129,17 @@ fn is_board_char(c: char) -> bool {
     matches!(c, '#' | ' ' | '-' | '_' | '.' | '$' | '*' | '@' | '+' | 'p' | 'P' | 'b' | 'B')
 }
 
-/// Expands run-length counts and `|` separators. Returns the rows, or the column
-/// (1-based) and character of the first unknown character.
-fn expand_rle(line: &str) -> Result<Vec<String>, (usize, char)> {
+/// Expands run-length counts and `|` separators. Returns the rows, or what is
+/// wrong: the first unknown character, or a count past any board.
+fn expand_rle(line: &str) -> Result<Vec<String>, LevelErrorKind> {
     let mut rows = vec![String::new()];
     let mut count: usize = 0;
     for (i, c) in line.chars().enumerate() {
         if let Some(d) = c.to_digit(10) {
             count = count.saturating_mul(10).saturating_add(d as usize);
             if count > MAX_SIDE * MAX_SIDE {
-                return Err((i + 1, c));
+                let what = format!("a run-length count at column {} is more than {}", i + 1, MAX_SIDE * MAX_SIDE);
+                return Err(LevelErrorKind::TooLarge { what });
             }
             continue;
         }
@@ -151,7 +152,7 @@ fn expand_rle(line: &str) -> Result<Vec<String>, (usize, char)> {
             continue;
         }
         if !is_board_char(c) {
-            return Err((i + 1, c));
+            return Err(LevelErrorKind::UnknownCharacter { ch: c, column: i + 1 });
         }
         let c = match c {
             '-' | '_' => ' ',
@@ -174,7 +175,7 @@ fn expand_rle(line: &str) -> Result<Vec<String>, (usize, char)> {
 /// or any board character when the line holds nothing else.
 fn looks_like_row(line: &str, in_block: bool) -> bool {
     let t = line.trim_start();
-    if t.is_empty() || t.starts_with(';') {
+    if t.is_empty() || t.starts_with(';') || header_field(t).is_some() {
         return false;
     }
     if t.starts_with('#') {
@@ -192,6 +193,36 @@ fn looks_like_row(line: &str, in_block: bool) -> bool {
     in_block && t.contains('#')
 }
 
+/// A header line's field name, lowercased (`Title: #1` gives `title`): a
+/// word of letters (and digits, `-`, `_` or spaces after the first) before a
+/// colon. No board row is one, whatever follows the colon.
+fn header_field(t: &str) -> Option<String> {
+    let (name, _) = t.split_once(':')?;
+    let mut chars = name.chars();
+    let first_is_letter = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let rest_is_word = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ' '));
+    (first_is_letter && rest_is_word).then(|| name.trim().to_ascii_lowercase())
+}
+
+/// The lines of `text`, ended by `\r\n`, `\n` or a lone `\r` (old Mac files).
+fn lines_of(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let t = rest?;
+        match t.find(['\r', '\n']) {
+            Some(i) => {
+                let skip = if t[i..].starts_with("\r\n") { 2 } else { 1 };
+                rest = Some(&t[i + skip..]).filter(|r| !r.is_empty());
+                Some(&t[..i])
+            }
+            None => {
+                rest = None;
+                Some(t)
+            }
+        }
+    })
+}
+
 /// Splits a collection into level texts. Never fails: problems inside a level are
 /// reported when that level is parsed.
 pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
@@ -200,15 +231,24 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
     let mut syntax_error: Option<(usize, LevelErrorKind)> = None;
     let mut pending_title: Option<String> = None;
     let mut after_level = false; // lines right after a block may carry `Title:`
+                                 // the last level got its title from a line before it, and a blank line
+                                 // has come since: a `Title:` now is the next level's (titles before boards)
+    let mut last_titled_before = false;
+    let mut blank_since_level = false;
+    // inside a `Comment:` ... `Comment-End:` block: free text, never a title
+    let mut in_comment = false;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
 
     let flush = |rows: &mut Vec<(usize, String)>,
                  syntax_error: &mut Option<(usize, LevelErrorKind)>,
                  pending_title: &mut Option<String>,
-                 out: &mut Vec<LevelText>| {
+                 out: &mut Vec<LevelText>,
+                 titled_before: &mut bool| {
         if rows.is_empty() {
             return false;
         }
         let index = out.len() + 1;
+        *titled_before = pending_title.is_some();
         out.push(LevelText {
             index,
             title: pending_title.take().unwrap_or_else(|| format!("#{index}")),
@@ -219,10 +259,21 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
         true
     };
 
-    for (i, raw) in text.lines().enumerate() {
+    for (i, raw) in lines_of(text).enumerate() {
         let lineno = i + 1;
-        let line = raw.trim_end_matches(['\r', '\n']).trim_end();
+        let line = raw.trim_end();
         let in_block = !rows.is_empty();
+        if in_comment {
+            let field = header_field(line.trim());
+            if matches!(field.as_deref(), Some("comment-end" | "comment_end")) {
+                in_comment = false;
+                continue;
+            }
+            if !line.trim_start().starts_with('#') {
+                continue;
+            }
+            in_comment = false; // a board: the block was never closed
+        }
         if looks_like_row(line, in_block) {
             if !in_block {
                 after_level = false;
@@ -233,26 +284,28 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
                         rows.push((lineno, r));
                     }
                 }
-                Err((column, ch)) => {
+                Err(kind) => {
                     if syntax_error.is_none() {
-                        syntax_error = Some((lineno, LevelErrorKind::UnknownCharacter { ch, column }));
+                        syntax_error = Some((lineno, kind));
                     }
                     rows.push((lineno, String::new()));
                 }
             }
             continue;
         }
-        if flush(&mut rows, &mut syntax_error, &mut pending_title, &mut out) {
+        if flush(&mut rows, &mut syntax_error, &mut pending_title, &mut out, &mut last_titled_before) {
             after_level = true;
+            blank_since_level = false;
         }
         let t = line.trim();
         if t.is_empty() {
+            blank_since_level = true;
             continue;
         }
-        let lower = t.to_ascii_lowercase();
-        if let Some(rest) = lower.strip_prefix("title:") {
-            let title = t[t.len() - rest.len()..].trim().to_string();
-            if after_level {
+        let field = header_field(t);
+        if field.as_deref() == Some("title") {
+            let title = t.split_once(':').map_or("", |(_, v)| v).trim().to_string();
+            if after_level && !(last_titled_before && blank_since_level) {
                 if let Some(last) = out.last_mut() {
                     last.title = title;
                     continue;
@@ -261,7 +314,11 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
             pending_title = Some(title);
             continue;
         }
-        if after_level && t.contains(':') && !t.starts_with(';') {
+        if field.as_deref() == Some("comment") && t.split_once(':').is_some_and(|(_, v)| v.trim().is_empty()) {
+            in_comment = true;
+            continue;
+        }
+        if after_level && field.is_some() {
             // other header fields after a level (Author:, Comment:) are not titles
             continue;
         }
@@ -270,7 +327,7 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
             pending_title = Some(title.to_string());
         }
     }
-    flush(&mut rows, &mut syntax_error, &mut pending_title, &mut out);
+    flush(&mut rows, &mut syntax_error, &mut pending_title, &mut out, &mut last_titled_before);
     out
 }
 
@@ -414,6 +471,56 @@ mod tests {
         assert_eq!(v.len(), 2);
         assert_eq!(v[0].title, "Tiny");
         assert_eq!(v[1].title, "Other");
+    }
+
+    #[test]
+    fn a_title_with_a_hash_after_its_board_is_a_title_not_a_broken_row() {
+        // `solve --output` writes untitled levels as `Title: #1`, which once
+        // read back as a row with an unknown character 'T'
+        let v = split_collection("#####\n#@$.#\n#####\nTitle: #1\n\n#####\n#.$@#\n#####\nTitle: A # B\n", "x");
+        assert_eq!(v.len(), 2);
+        assert_eq!((v[0].title.as_str(), v[1].title.as_str()), ("#1", "A # B"));
+        assert!(v.iter().all(|l| l.parse().is_ok()));
+        // a stray character inside a row is still an error in that row
+        let v = split_collection("#####\n#@$:.#\n#####\n", "x");
+        assert!(matches!(v[0].parse().unwrap_err().kind, LevelErrorKind::UnknownCharacter { ch: ':', .. }));
+    }
+
+    #[test]
+    fn titles_before_their_boards_stay_with_them() {
+        let t = "Title: A\n#####\n#@$.#\n#####\n\nTitle: B\n######\n#@$ .#\n######\n\nTitle: C\n#######\n#@$  .#\n#######\n";
+        let v = split_collection(t, "x");
+        let titles: Vec<&str> = v.iter().map(|l| l.title.as_str()).collect();
+        assert_eq!(titles, ["A", "B", "C"]);
+        // a comment title before and a Title: field right after: the field wins
+        let v = split_collection("; 1\n#####\n#@$.#\n#####\nTitle: Tiny\n", "x");
+        assert_eq!(v[0].title, "Tiny");
+    }
+
+    #[test]
+    fn comment_blocks_byte_order_marks_and_old_mac_line_ends_are_read() {
+        let t = "#####\n#@$.#\n#####\nComment:\nvery hard one\nreally\nComment-End:\n\n#####\n#.$@#\n#####\n";
+        let v = split_collection(t, "x");
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[1].title, "#2", "a comment is not a title");
+        // an unclosed comment block ends at the next board
+        let v = split_collection("Comment:\nnotes\n#####\n#@$.#\n#####\n", "x");
+        assert_eq!(v.len(), 1);
+        assert!(v[0].parse().is_ok());
+        let v = split_collection("\u{feff}; bom\n#####\n#@$.#\n#####\n", "x");
+        assert_eq!(v[0].title, "bom");
+        let v = split_collection("; cr\r#####\r#@$.#\r#####\r\r; two\r#####\r#.$@#\r#####\r", "x");
+        assert_eq!(v.len(), 2);
+        assert_eq!((v[1].title.as_str(), v[1].parse().unwrap().first_line), ("two", 7));
+        let v = split_collection("; crlf\r\n#####\r\n#@$.#\r\n#####\r\n", "x");
+        assert_eq!(v[0].parse().unwrap().first_line, 2);
+    }
+
+    #[test]
+    fn a_run_length_count_past_any_board_says_so() {
+        let e = split_collection("5#\n#@$.#\n99999#\n", "x")[0].parse().unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.to_string().contains("run-length count at column 5"), "{e}");
     }
 
     #[test]

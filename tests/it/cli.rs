@@ -218,6 +218,24 @@ fn one_push_and_one_move_are_said_in_the_singular() {
 }
 
 #[test]
+fn the_output_file_of_untitled_levels_reads_back() {
+    // untitled levels are written `Title: #1`, which the reader once took for
+    // a broken board row
+    let dir = tempfile::tempdir().unwrap();
+    let (level, out) = (dir.path().join("untitled.xsb"), dir.path().join("solved.sok"));
+    std::fs::write(&level, "#####\n#@$.#\n#####\n\n######\n#@$ .#\n######\n").unwrap();
+    let o = sokoshard(&["solve", level.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = sokoshard(&["levels", out.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let titles: Vec<String> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["title"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(titles, ["#1", "#2"]);
+}
+
+#[test]
 fn unsolvable_level_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stuck.xsb");
