@@ -93,6 +93,7 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     anyhow::ensure!(picked.len() == 1, "deadlocks build needs exactly one level: use --level N or --title T");
     let level = picked[0].parse()?;
     let board = Arc::new(Board::new(&level)?);
+    super::check_output("-o", &args.output)?;
     if let Some(addr) = &args.coordinator {
         return build_on_cluster(&args, addr, &level, &board);
     }
@@ -142,9 +143,7 @@ fn build_on_cluster(
         file.fingerprint == board.fingerprint() && file.floor == board.floor_count(),
         "the cluster returned tables of another level"
     );
-    let tmp = args.output.with_extension("kdb.tmp");
-    std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &args.output).with_context(|| format!("writing {}", args.output.display()))?;
+    super::write_whole(&args.output, &bytes)?;
     report_build(args, &stats, &file.tables, bytes.len() as u64)
 }
 

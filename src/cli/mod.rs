@@ -166,15 +166,18 @@ pub fn threads(asked: Option<usize>) -> Result<usize> {
     Ok(n)
 }
 
-/// Writes `contents` to `path` through `<path>.tmp` and a rename, so that a
-/// reader never sees half a file and a failed write leaves the old one.
+/// Writes a file the user asked for, whole or not at all
+/// ([`files::write_whole`](sokoshard::storage::files::write_whole)).
 pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    sokoshard::storage::files::write_whole(path, contents.as_ref())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Checks, before the work that fills it, that a file the user asked for can
+/// be written (`flag` names the option in the error).
+pub fn check_output(flag: &str, path: &Path) -> Result<()> {
+    sokoshard::storage::files::check_writable(path)
+        .with_context(|| format!("{flag} {}: cannot write there", path.display()))
 }
 
 /// Reads a collection from a file, or from standard input for `-`.

@@ -179,6 +179,13 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
     let picked = args.select.pick(&all, &source)?;
+    // the files asked for must be writable before the solve, not after it
+    if let Some(out) = &args.output {
+        super::check_output("--output", out)?;
+    }
+    if let Some(path) = &args.html {
+        super::check_output("--html", path)?;
+    }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("starting worker threads")?;
     super::on_stop_signals(super::StopOn::InterruptTermAndHangUp, || {
         INTERRUPTED.store(true, Ordering::SeqCst);

@@ -132,10 +132,11 @@ pub fn table_bytes(t: &KTable) -> u64 {
 /// Writes a database atomically (temporary name, then rename).
 pub fn save(path: &Path, tables: &DeadlockTables, level_text: &str) -> Result<u64, KdbError> {
     let bytes = encode(tables, level_text);
-    let tmp = path.with_extension("kdb.tmp");
-    let io = |op, source| KdbError::Io { path: path.to_path_buf(), op, source };
-    std::fs::write(&tmp, &bytes).map_err(|e| io("writing", e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io("renaming into place", e))?;
+    super::files::write_whole(path, &bytes).map_err(|source| KdbError::Io {
+        path: path.to_path_buf(),
+        op: "writing",
+        source,
+    })?;
     Ok(bytes.len() as u64)
 }
 

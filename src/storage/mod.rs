@@ -5,6 +5,7 @@ pub mod budget;
 pub mod disk;
 pub mod envelope;
 pub mod error;
+pub mod files;
 pub mod kdb;
 pub mod mem;
 pub mod shard;

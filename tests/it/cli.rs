@@ -236,6 +236,32 @@ fn the_output_file_of_untitled_levels_reads_back() {
 }
 
 #[test]
+fn output_files_that_cannot_be_written_are_refused_before_the_work_and_leave_nothing_behind() {
+    // the paths were once tried only after the solve, and a directory given
+    // as the file left `<dir>.tmp` behind
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("d");
+    std::fs::create_dir(&sub).unwrap();
+    let (sub, missing) = (sub.to_str().unwrap(), dir.path().join("no/such/x.sok"));
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    let cases: [&[&str]; 4] = [
+        &["solve", file, "--level", "1", "--output", missing.to_str().unwrap()],
+        &["solve", file, "--level", "1", "--html", sub],
+        &["solve", file, "--level", "1", "--output", sub],
+        &["deadlocks", "build", file, "--level", "1", "-o", sub],
+    ];
+    for args in cases {
+        let o = sokoshard(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{args:?}: nothing solved or built first: {}", stdout(&o));
+        assert!(stderr(&o).contains("cannot write there"), "{args:?}: {}", stderr(&o));
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["d"], "nothing but the directory");
+}
+
+#[test]
 fn unsolvable_level_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stuck.xsb");
