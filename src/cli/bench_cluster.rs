@@ -3,7 +3,7 @@
 //! the total time, each worker's peak RSS (VmHWM, reported in heartbeats), and
 //! the bytes sent over the network per successor state exchanged.
 
-use super::{read_collection, Selection, EXIT_OK};
+use super::{read_collection, OneLevel, EXIT_OK};
 use anyhow::{bail, Context, Result};
 use sokoshard::cluster::client::{Client, SubmitOptions};
 use sokoshard::cluster::net::NetConfig;
@@ -17,7 +17,7 @@ pub struct BenchArgs {
     /// Collection file (XSB/SOK).
     pub file: PathBuf,
     #[command(flatten)]
-    pub select: Selection,
+    pub select: OneLevel,
     /// Cluster sizes to run, comma separated.
     #[arg(long, default_value = "1,2,4")]
     pub workers: String,
@@ -74,8 +74,7 @@ struct Row {
 
 pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let all = read_collection(&a.file)?;
-    let picked = a.select.pick(&all, &a.file.display().to_string())?;
-    let [text] = picked.as_slice() else { bail!("bench-cluster takes exactly one level (--level N)") };
+    let text = a.select.pick(&all, &a.file.display().to_string())?;
     let level = text.parse()?;
     let sizes: Vec<usize> = a
         .workers

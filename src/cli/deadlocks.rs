@@ -2,7 +2,7 @@
 //! and looking inside them.
 
 use super::progress::KProgress;
-use super::{read_collection, Selection, EXIT_OK};
+use super::{read_collection, OneLevel, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sokoshard::engine::kpg::{unpack, DeadPlayers, KChoice, KStats, KTable, Packed, MAX_K};
@@ -31,7 +31,7 @@ pub struct BuildArgs {
     /// Collection file (XSB/SOK), or - for standard input.
     pub file: PathBuf,
     #[command(flatten)]
-    pub select: Selection,
+    pub select: OneLevel,
     /// Largest k (boxes per sub-game), 1 to 8 [default: the k a solve of the
     /// level would choose].
     #[arg(long)]
@@ -89,9 +89,7 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     }
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
-    let picked = args.select.pick(&all, &source)?;
-    anyhow::ensure!(picked.len() == 1, "deadlocks build needs exactly one level: use --level N or --title T");
-    let level = picked[0].parse()?;
+    let level = args.select.pick(&all, &source)?.parse()?;
     let board = Arc::new(Board::new(&level)?);
     super::check_output("-o", &args.output)?;
     if let Some(addr) = &args.coordinator {

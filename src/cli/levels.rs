@@ -1,6 +1,6 @@
 //! `levels` and `verify`: listing a collection and replaying a solution.
 
-use super::{read_collection, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
+use super::{read_collection, OneLevel, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
 use sokoshard::model::board::Board;
 use sokoshard::model::solution::verify;
@@ -22,20 +22,18 @@ pub struct SolutionOf {
     /// Collection file (XSB/SOK), or - for standard input.
     pub file: PathBuf,
     #[command(flatten)]
-    pub select: Selection,
+    pub select: OneLevel,
     /// The solution in LURD (lowercase walks, uppercase pushes).
     #[arg(long)]
     pub solution: String,
 }
 
 impl SolutionOf {
-    /// The one level picked, parsed; `command` names who asks.
-    pub fn level(&self, command: &str) -> Result<sokoshard::model::level::Level> {
+    /// The one level picked, parsed.
+    pub fn level(&self) -> Result<sokoshard::model::level::Level> {
         let all = read_collection(&self.file)?;
         let source = self.file.display().to_string();
-        let picked = self.select.pick(&all, &source)?;
-        anyhow::ensure!(picked.len() == 1, "{command} needs exactly one level: use --level N or --title T");
-        picked[0].parse().context("parsing the level")
+        self.select.pick(&all, &source)?.parse().context("parsing the level")
     }
 }
 
@@ -85,7 +83,7 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
 }
 
 pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
-    let level = args.of.level("verify")?;
+    let level = args.of.level()?;
     let v = verify(&level, &args.of.solution);
     if args.json {
         outln!("{}", serde_json::to_string(&v)?)?;

@@ -217,6 +217,41 @@ fn read_capped(r: impl Read) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Which one level of a collection a command works on (`verify`, `replay`,
+/// `deadlocks build`, `bench-cluster`): by index or title; neither picks the
+/// level of a one-level file.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OneLevel {
+    /// 1-based level index.
+    #[arg(long, conflicts_with = "title")]
+    pub level: Option<usize>,
+    /// Level title (exact, case-insensitive).
+    #[arg(long)]
+    pub title: Option<String>,
+}
+
+impl OneLevel {
+    pub fn pick<'a>(&self, all: &'a [LevelText], source: &str) -> Result<&'a LevelText> {
+        let n = all.len();
+        if self.level.is_none() && self.title.is_none() {
+            let [one] = all else {
+                bail!("{source} has {n} levels: pick one with --level N or --title T");
+            };
+            return Ok(one);
+        }
+        let picked =
+            Selection { level: self.level, title: self.title.clone(), ..Default::default() }.pick(all, source)?;
+        match picked[..] {
+            [one] => Ok(one),
+            _ => bail!(
+                "{source}: {} levels are titled {:?}; pick one with --level N",
+                picked.len(),
+                self.title.as_deref().unwrap_or_default()
+            ),
+        }
+    }
+}
+
 /// Which levels of a collection to work on.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Selection {

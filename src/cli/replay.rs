@@ -23,7 +23,7 @@ pub struct ReplayArgs {
 /// Writes the replay of a solution that verifies; refuses one that does not,
 /// naming the step where it fails, and writes nothing.
 pub fn run_replay(args: ReplayArgs) -> Result<ExitCode> {
-    let level = args.of.level("replay")?;
+    let level = args.of.level()?;
     let v = verify(&level, &args.of.solution);
     if !v.valid {
         errln!("error: the solution is {}; no page written", invalid(&v));

@@ -262,6 +262,36 @@ fn output_files_that_cannot_be_written_are_refused_before_the_work_and_leave_not
 }
 
 #[test]
+fn commands_on_one_level_take_only_level_or_title_and_say_which_is_missing() {
+    // verify, replay and deadlocks build once listed --levels and --all
+    // ("the default when nothing else is given") and then refused both
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    for cmd in [&["verify", file, "--solution", "R"][..], &["deadlocks", "build", file, "-o", "x.kdb"]] {
+        let o = sokoshard(&[&cmd[..2], &["--help"]].concat());
+        assert!(!stdout(&o).contains("--levels") && !stdout(&o).contains("--all"), "{}", stdout(&o));
+        let o = sokoshard(&[cmd, &["--levels", "1-2"]].concat());
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let o = sokoshard(cmd);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains("has 155 levels: pick one with --level N or --title T"), "{}", stderr(&o));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dup = dir.path().join("dup.xsb");
+    std::fs::write(&dup, "; same\n#####\n#@$.#\n#####\n; same\n#####\n#.$@#\n#####\n").unwrap();
+    let o = sokoshard(&["verify", dup.to_str().unwrap(), "--title", "same", "--solution", "R"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("2 levels are titled \"same\"; pick one with --level N"), "{}", stderr(&o));
+    let o = sokoshard(&["verify", dup.to_str().unwrap(), "--level", "1", "--solution", "R"]);
+    assert_eq!(stdout(&o).trim(), "valid: 1 push, 1 move");
+    // a file of one level needs no selection
+    let one = dir.path().join("one.xsb");
+    std::fs::write(&one, "#####\n#@$.#\n#####\n").unwrap();
+    let o = sokoshard(&["verify", one.to_str().unwrap(), "--solution", "R"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
 fn unsolvable_level_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stuck.xsb");
