@@ -164,7 +164,7 @@ pub fn solve_local_observed(
         probe_after: opts.probe_after,
         moves_states: opts.moves_states,
     };
-    let mut local = Local { opts, storage: None };
+    let mut local = Local { opts, storage: None, spill: None };
     solve(&mut local, board, &spec, cancel, observers)
 }
 
@@ -176,6 +176,12 @@ struct Local<'a> {
     opts: &'a SolveOptions,
     /// What the disk-backed store used, once a budgeted search ran.
     storage: Option<StorageReport>,
+    /// The level's spill directory, made by its first budgeted search: each
+    /// search (a bound iteration, the moves pass) spills into a directory of
+    /// its own inside it, so that `--keep-spill` keeps them all in the one
+    /// directory the report names. Dropped (removed unless kept) with the
+    /// deployment, after every search's.
+    spill: Option<SpillDir>,
 }
 
 impl Deployment for Local<'_> {
@@ -215,9 +221,16 @@ impl Deployment for Local<'_> {
         );
         let partitioner = Partitioner::for_space(budget.partitions(opts.partitions), &problem.space);
         let parts = partitioner.count();
-        let base = opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let level_dir = match &mut self.spill {
+            Some(dir) => dir,
+            none => {
+                let base = opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+                none.insert(SpillDir::create(&base, opts.keep_spill)?)
+            }
+        };
         // declared first so that it is dropped (and the files removed) last
-        let spill = SpillDir::create(&base, opts.keep_spill)?;
+        let spill = SpillDir::create(level_dir.path(), opts.keep_spill)?;
+        let level_dir = level_dir.path().to_path_buf();
         let usage = Arc::new(DiskUsage::default());
         let store = DiskStore::<K>::create(
             spill.path(),
@@ -252,7 +265,7 @@ impl Deployment for Local<'_> {
             spilled_candidates: exchange.spilled_keys(),
             largest_partition_candidates: exchange.largest_take(),
             merge_chunk_keys: budget.merge_chunk_keys(),
-            spill_dir: spill.kept().then(|| spill.path().to_path_buf()),
+            spill_dir: spill.kept().then_some(level_dir),
         });
         result
     }

@@ -256,6 +256,13 @@ fn cli_mem_spills_and_removes_its_files() {
     let kept = PathBuf::from(v["spill_dir"].as_str().unwrap());
     assert!(kept.starts_with(base.path()));
     assert!(!shards(&kept).is_empty());
+    // every bound iteration's files are in the one directory named (each
+    // iteration once kept a directory of its own beside it, unnamed)
+    assert!(v["iterations"].as_array().unwrap().len() > 1, "{v}");
+    assert_eq!(entries(base.path()), [kept.clone()], "{v}");
+    let searches = fs::read_dir(&kept).unwrap().filter(|e| e.as_ref().unwrap().path().is_dir()).count();
+    assert!(searches >= v["iterations"].as_array().unwrap().len(), "{searches} search directories: {v}");
+    fs::remove_dir_all(&kept).unwrap();
 
     // the text report shows the disk use
     let o = spilling(&[]);
