@@ -259,7 +259,7 @@ fn cli_mem_spills_and_removes_its_files() {
     // every bound iteration's files are in the one directory named (each
     // iteration once kept a directory of its own beside it, unnamed)
     assert!(v["iterations"].as_array().unwrap().len() > 1, "{v}");
-    assert_eq!(entries(base.path()), [kept.clone()], "{v}");
+    assert_eq!(entries(base.path()), std::slice::from_ref(&kept), "{v}");
     let searches = fs::read_dir(&kept).unwrap().filter(|e| e.as_ref().unwrap().path().is_dir()).count();
     assert!(searches >= v["iterations"].as_array().unwrap().len(), "{searches} search directories: {v}");
     fs::remove_dir_all(&kept).unwrap();
