@@ -97,7 +97,7 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     }
     let threads = super::threads(args.threads)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
-    let progress = KProgress::new(format!("level {} ({})", level.index, level.title));
+    let progress = KProgress::with_k_lines(format!("level {} ({})", level.index, level.title));
     let (tables, stats) = pool.install(|| {
         build_tables(board.clone(), args.k.map_or(KChoice::Auto, KChoice::UpTo), 16, &AtomicBool::new(false), &progress)
     })?;

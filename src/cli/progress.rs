@@ -2,7 +2,7 @@
 //! otherwise (structured logs stay available through `SOKOSHARD_LOG`).
 
 use indicatif::{ProgressBar, ProgressStyle};
-use sokoshard::engine::kpg::KpgProgress;
+use sokoshard::engine::kpg::{KStats, KpgProgress};
 use sokoshard::engine::search::{LayerEvent, ProbeEvent, Progress};
 use sokoshard::sys::{human_bytes, rss_bytes};
 use std::io::IsTerminal;
@@ -77,6 +77,9 @@ impl Progress for LayerProgress {
 pub struct KProgress {
     layers: LayerProgress,
     bar: Option<ProgressBar>,
+    /// Say each k's figures as it is done (`deadlocks build`, whose report
+    /// comes only once the file is written).
+    k_lines: bool,
 }
 
 impl KProgress {
@@ -86,7 +89,12 @@ impl KProgress {
             b.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
             b
         });
-        KProgress { layers: LayerProgress::new(label), bar }
+        KProgress { layers: LayerProgress::new(label), bar, k_lines: false }
+    }
+
+    /// A progress that also prints a line per k as it is done, above the spinner.
+    pub fn with_k_lines(label: String) -> Self {
+        KProgress { k_lines: true, ..KProgress::new(label) }
     }
     pub fn finish(&self) {
         self.layers.finish();
@@ -109,6 +117,14 @@ impl KpgProgress for KProgress {
     fn k_started(&self, k: usize) {
         if let Some(b) = &self.bar {
             b.set_message(format!("building the {k}-packet game"));
+        }
+    }
+    fn k_done(&self, s: &KStats) {
+        if let (Some(b), true) = (&self.bar, self.k_lines) {
+            b.println(format!(
+                "k={} done: {} forward + {} backward configurations, {:.2} s",
+                s.k, s.forward_states, s.backward_states, s.seconds
+            ));
         }
     }
 }
