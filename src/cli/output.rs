@@ -108,10 +108,15 @@ pub fn print_level(
             }
             outln!("  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds)?;
             if r.moves_seconds > 0.0 {
+                // a pass stopped before it counted them has no count to give
+                let optimal = if r.moves_note.is_some() && r.optimal_states == 0 {
+                    String::new()
+                } else {
+                    format!(", {} on push-optimal solutions", r.optimal_states)
+                };
                 outln!(
-                    "  moves pass: {} states searched, {} on push-optimal solutions{}; {:.3} s",
+                    "  moves pass: {} states searched{optimal}{}; {:.3} s",
                     r.moves_states,
-                    r.optimal_states,
                     if r.moves_disk_bytes > 0 {
                         format!(" ({} of them on disk)", human_bytes(r.moves_disk_bytes))
                     } else {

@@ -244,7 +244,10 @@ impl SolveReport {
                 self.reason = Some(format!("the {} search ran dry", exhausted.name()));
             }
             SearchEnd::Cancelled => self.status = Status::Timeout,
-            SearchEnd::Limit => self.status = Status::Limit,
+            SearchEnd::Limit => {
+                self.status = Status::Limit;
+                self.reason = Some("the stored states reached the state limit".into());
+            }
             SearchEnd::Beyond { bound } => {
                 self.status = Status::Bounded;
                 self.reason = Some(format!("no solution within {bound} pushes"));

@@ -327,6 +327,8 @@ fn state_limit_reports_limit() {
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["status"], "limit");
+    // it says why, as the other stops do (the reason was null)
+    assert_eq!(v["reason"], "the stored states reached the state limit");
 }
 
 #[test]
