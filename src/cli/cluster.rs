@@ -155,7 +155,7 @@ pub struct SubmitArgs {
     pub timeout: Option<f64>,
     /// Stop a level (status `limit`) once this many states are stored (a
     /// failed plain try's states, dropped between bound iterations, do not count).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_states: Option<u64>,
     /// Turn off freeze-deadlock pruning and the frozen-target matching built on it.
     #[arg(long)]
@@ -322,6 +322,7 @@ fn progress_line(v: &JobView) -> String {
 }
 
 pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
+    super::solve::check_moves_states(a.objective, a.moves_states)?;
     let net = a.net.config()?;
     let all = read_collection(&a.file)?;
     let source = a.file.display().to_string();

@@ -41,7 +41,7 @@ pub struct SolveArgs {
     pub timeout: Option<f64>,
     /// Stop a level (status `limit`) once this many states are stored (a
     /// failed plain try's states, dropped between bound iterations, do not count).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_states: Option<u64>,
     /// Number of state partitions (a power of two; default 4 per thread). Fewer
     /// partitions keep spilled shards denser and fewer; more balance threads.
@@ -169,6 +169,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(k) = args.kpg {
         anyhow::ensure!(k <= MAX_K, "--kpg must be between 0 and {MAX_K}");
     }
+    check_moves_states(args.objective, args.moves_states)?;
     if let Some(dir) = &args.spill_dir {
         check_spill_base(dir)?;
     }
@@ -359,6 +360,15 @@ fn write_sok(path: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
         s.push('\n');
     }
     super::write_whole(path, s)
+}
+
+/// `--moves-states` with `--objective pushes` would be ignored: say so.
+pub fn check_moves_states(objective: ObjectiveArg, moves_states: Option<u64>) -> Result<()> {
+    anyhow::ensure!(
+        !(objective == ObjectiveArg::Pushes && moves_states.is_some()),
+        "--moves-states is the moves pass's budget, and --objective pushes runs no moves pass"
+    );
+    Ok(())
 }
 
 /// `--objective`: what a solution is optimal for.

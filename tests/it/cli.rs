@@ -338,6 +338,13 @@ fn usage_errors_exit_2() {
     assert_eq!(sokoshard(&["solve", file.to_str().unwrap(), "--partitions", "3"]).status.code(), Some(2));
     assert_eq!(sokoshard(&["solve", "/no/such/file.xsb"]).status.code(), Some(2));
     assert_eq!(sokoshard(&["frobnicate"]).status.code(), Some(2));
+    // a limit of no states, and a moves budget where no moves pass runs,
+    // were taken and quietly meant nothing
+    let f = file.to_str().unwrap();
+    assert_eq!(sokoshard(&["solve", f, "--level", "1", "--max-states", "0"]).status.code(), Some(2));
+    let o = sokoshard(&["solve", f, "--level", "1", "--objective", "pushes", "--moves-states", "99999999"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("runs no moves pass"), "{}", stderr(&o));
 }
 
 /// Runs `sokoshard args` with `input` on its standard input.
