@@ -87,6 +87,8 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     if let Some(k) = args.k {
         anyhow::ensure!((1..=MAX_K).contains(&k), "--k must be between 1 and {MAX_K}");
     }
+    // the flags first, then the files
+    let threads = super::threads(args.threads)?;
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
     let level = args.select.pick(&all, &source)?.parse()?;
@@ -95,7 +97,6 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     if let Some(addr) = &args.coordinator {
         return build_on_cluster(&args, addr, &level, &board);
     }
-    let threads = super::threads(args.threads)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
     let progress = KProgress::with_k_lines(format!("level {} ({})", level.index, level.title));
     let (tables, stats) = pool.install(|| {
