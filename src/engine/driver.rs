@@ -261,6 +261,12 @@ pub fn solve<D: Deployment>(
             Err(EngineError::Cancelled) => report.status = Status::Timeout,
             Err(e) => return Err(e),
         }
+        if report.moves_note.as_deref() == Some(STOPPED) {
+            // which stop it was: the deadline, or a cancel (Ctrl-C, a job cancelled)
+            let timed_out = spec.deadline.is_some_and(|d| Instant::now() >= d);
+            let by = if timed_out { "stopped by the time limit" } else { "cancelled" };
+            report.moves_note = Some(format!("the moves pass was {by} before it was done"));
+        }
         report.seconds = started.elapsed().as_secs_f64();
         deployment.finish_report(&mut report);
         Ok(report)
@@ -889,8 +895,9 @@ pub fn moves_budget(level_states: u64) -> u64 {
     level_states.saturating_mul(MOVES_PER_STATE).max(MOVES_MIN_STATES)
 }
 
-/// Why a stopped moves pass left the moves as they were.
-const STOPPED: &str = "the moves pass was stopped (time limit or cancel) before it was done";
+/// Why a stopped moves pass left the moves as they were, until [`solve`] says
+/// which stop it was.
+const STOPPED: &str = "the moves pass was stopped before it was done";
 
 /// Runs the moves pass on layers searched without move pruning that met at
 /// `(forward, backward)`, and records its outcome: the better solution, or

@@ -483,6 +483,7 @@ fn a_stop_while_the_moves_pass_grows_its_tables_keeps_the_push_optimal_solution(
     let r = solve_local_observed(Arc::new(board), &opts, &cancel, &observers).unwrap();
     // (the level's search fits the small tables: see the test above)
     assert_eq!((r.status, r.pushes, r.objective), (Status::Solved, Some(97), Some(Objective::Pushes)), "{r:?}");
-    assert!(r.moves_note.as_deref().is_some_and(|n| n.contains("stopped")), "{r:?}");
+    // a cancel, not the time limit (there is none): the note says which
+    assert_eq!(r.moves_note.as_deref(), Some("the moves pass was cancelled before it was done"), "{r:?}");
     assert!(verify(&level, r.solution.as_deref().unwrap()).valid);
 }
