@@ -1,7 +1,7 @@
 //! `levels` and `verify`: listing a collection and replaying a solution.
 
 use super::{read_collection, OneLevel, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sokoshard::model::board::Board;
 use sokoshard::model::solution::verify;
 use std::path::PathBuf;
@@ -31,9 +31,14 @@ pub struct SolutionOf {
 impl SolutionOf {
     /// The one level picked, parsed.
     pub fn level(&self) -> Result<sokoshard::model::level::Level> {
+        Ok(self.picked()?.parse()?)
+    }
+
+    /// The one level picked, unparsed (a file or selection that fails is an error).
+    fn picked(&self) -> Result<sokoshard::model::level::LevelText> {
         let all = read_collection(&self.file)?;
         let source = self.file.display().to_string();
-        self.select.pick(&all, &source)?.parse().context("parsing the level")
+        Ok(self.select.pick(&all, &source)?.clone())
     }
 }
 
@@ -83,7 +88,15 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
 }
 
 pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
-    let level = args.of.level()?;
+    let level = match args.of.picked()?.parse() {
+        Ok(level) => level,
+        // with --json a level that does not parse is an answer too, as in `solve --json`
+        Err(e) if args.json => {
+            outln!("{}", serde_json::json!({ "valid": false, "error": e.to_string() }))?;
+            return Ok(ExitCode::from(EXIT_BAD_INPUT));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let v = verify(&level, &args.of.solution);
     if args.json {
         outln!("{}", serde_json::to_string(&v)?)?;

@@ -39,6 +39,22 @@ fn verify_accepts_every_known_solution_with_its_counts() {
 }
 
 #[test]
+fn verify_json_of_a_broken_level_is_json_too() {
+    // it printed nothing on stdout, where `solve --json` prints an error object
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.xsb");
+    std::fs::write(&bad, "#####\n#@$x.#\n#####\n").unwrap();
+    let o = sokoshard(&["verify", bad.to_str().unwrap(), "--solution", "R", "--json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["valid"], false);
+    assert!(v["error"].as_str().unwrap().contains("bad.xsb:2: level 1: unknown character 'x'"), "{v}");
+    let o = sokoshard(&["verify", bad.to_str().unwrap(), "--solution", "R"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stdout(&o).is_empty() && stderr(&o).contains("unknown character 'x'"), "{}", stderr(&o));
+}
+
+#[test]
 fn verify_rejects_altered_solutions_naming_the_step() {
     let file = repo(MICROBAN);
     let file = file.to_str().unwrap();
