@@ -54,8 +54,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let args = Cli::parse();
+    // a node runs for hours and is watched through its log: its start, joins,
+    // losses and recoveries (info) show by default; a command's only warnings
+    let quiet = if matches!(args.command, Command::Coordinator(_) | Command::Worker(_)) { "info" } else { "warn" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SOKOSHARD_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SOKOSHARD_LOG").unwrap_or_else(|_| quiet.into()))
         .with_writer(std::io::stderr)
         // colour codes only for a person at a terminal, never in a log file
         .with_ansi(std::io::stderr().is_terminal())

@@ -47,6 +47,10 @@ impl NetArgs {
     pub fn config(&self) -> Result<NetConfig> {
         let token = self.token.clone().unwrap_or_default();
         anyhow::ensure!(!token.is_empty(), "a cluster command needs the cluster token: --token or SOKOSHARD_TOKEN");
+        // what a client can send in a header: a server that took any other
+        // token (a trailing newline from a secret file) could never be reached
+        sokoshard::cluster::net::AttachToken::new(&token)
+            .context("--token or SOKOSHARD_TOKEN: only printable ASCII (a trailing newline from a file?)")?;
         anyhow::ensure!(self.tls_cert.is_some() == self.tls_key.is_some(), "--tls-cert and --tls-key go together");
         let mut net = NetConfig::new(token);
         if self.tls_cert.is_some() || self.tls_ca.is_some() {

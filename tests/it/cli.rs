@@ -627,6 +627,28 @@ fn thread_counts_past_any_machine_are_refused_before_starting_them() {
 }
 
 #[test]
+fn a_token_no_client_could_send_is_refused_when_a_node_starts() {
+    // a token read from a file with its newline: the coordinator ran, and no
+    // worker or client could ever reach it
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    for node in [
+        &["coordinator", "--listen", "127.0.0.1:0", "--data-dir", data][..],
+        &["worker", "--join", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--data-dir", data],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+            .args(node)
+            .env("SOKOSHARD_TOKEN", "secret\n")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{node:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("printable ASCII"), "{node:?}: {}", stderr(&o));
+    }
+    assert!(!std::path::Path::new(data).exists(), "refused before anything was made");
+}
+
+#[test]
 fn an_error_names_its_cause_once() {
     // "error reading DIR: Is a directory (os error 21): Is a directory (os error 21)"
     let dir = tempfile::tempdir().unwrap();

@@ -313,6 +313,6 @@ impl Progress for JobProgress {
         );
     }
     fn probe_step(&self, e: &ProbeEvent) {
-        tracing::info!(job = self.id, bound = e.bound, depth = e.depth, stored = e.stored, "probe step");
+        tracing::debug!(job = self.id, bound = e.bound, depth = e.depth, stored = e.stored, "probe step");
     }
 }
