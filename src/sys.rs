@@ -69,6 +69,29 @@ pub fn release_large_frees(arenas: usize) {
     let _ = arenas;
 }
 
+/// Takes an exclusive advisory lock on `file` without waiting (`flock`):
+/// `Ok(false)` when another process holds it. The lock goes when the file is
+/// closed, so also when the process ends, however it ends. Where the platform
+/// has no `flock`, `Ok(true)`: no lock is taken.
+pub fn try_lock_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock only reads the descriptor, which `file` keeps open
+        // until the call returns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.kind() == std::io::ErrorKind::WouldBlock { Ok(false) } else { Err(e) };
+        }
+        Ok(true)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        Ok(true)
+    }
+}
+
 /// Flushes every written file and directory entry of the filesystem holding
 /// `path` to disk in one call (Linux `syncfs`), instead of an fsync per file and
 /// per directory. `Ok(false)` where the platform has no such call: the caller

@@ -11,6 +11,40 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
 
+/// A node's hold on its data directory for as long as the process lives: an
+/// exclusive lock on `<dir>/lock`, which the system drops when the process
+/// ends, however it ends (no stale lock after a crash or a kill).
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: File,
+}
+
+/// Creates `dir` if needed and takes it for this `node` ("coordinator",
+/// "worker"). A second node started on the same directory is refused: two
+/// coordinators would write one job log, two workers one checkpoint.
+pub fn lock_data_dir(dir: &Path, node: &str) -> Result<DataDirLock, ClusterError> {
+    fs::create_dir_all(dir)
+        .map_err(|e| ClusterError::io(format!("creating the data directory {}", dir.display()), e))?;
+    let path = dir.join("lock");
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| ClusterError::io(format!("opening {}", path.display()), e))?;
+    let held = crate::sys::try_lock_exclusive(&file)
+        .map_err(|e| ClusterError::io(format!("locking {}", path.display()), e))?;
+    if !held {
+        return Err(ClusterError::FailedPrecondition(format!(
+            "the data directory {} is in use by another running process (it holds {}); \
+             each {node} needs a data directory of its own",
+            dir.display(),
+            path.display()
+        )));
+    }
+    Ok(DataDirLock { _file: file })
+}
+
 fn kind(magic: &[u8; 8], version: u32) -> Kind {
     Kind { magic: *magic, version, what: "cluster file" }
 }

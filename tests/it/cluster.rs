@@ -482,6 +482,37 @@ fn a_worker_started_before_its_coordinator_logs_the_wait_once_and_joins_when_it_
 }
 
 #[test]
+fn a_second_node_on_a_data_dir_in_use_is_refused() {
+    // a second worker on one data dir joined with the same node id and both
+    // wrote the same checkpoint; a second coordinator shared one job log
+    let mut c = Cluster::start(&["--min-workers", "1"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let coordinator_dir = c.dir.path().join("coordinator");
+    let worker_dir = c.worker_dir(0);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let second: [Vec<&str>; 2] = [
+        vec!["coordinator", "--listen", &listen, "--data-dir", coordinator_dir.to_str().unwrap()],
+        vec!["worker", "--join", &c.addr, "--listen", &listen, "--data-dir", worker_dir.to_str().unwrap()],
+    ];
+    for args in second {
+        let o = Command::new(BIN).args(&args).args(["--token", TOKEN]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("is in use by another running process") && err.contains("/lock"), "{err}");
+    }
+    // the first ones go on; a worker killed leaves no stale lock behind
+    c.workers[0].kill();
+    c.start_worker(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let joins = || std::fs::read_to_string(&c.workers[0].log).unwrap().matches("joined the cluster").count();
+    while joins() < 2 {
+        assert!(Instant::now() < deadline, "the restarted worker did not join:\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn a_long_merge_does_not_silence_the_heartbeat() {
     let mut c = Cluster::start(&["--min-workers", "2", "--heartbeat-timeout", "0.8"], &[]);
     c.start_worker(0);

@@ -710,6 +710,8 @@ impl Coordinator for CoordinatorService {
 
 /// Runs the coordinator until the process ends.
 pub async fn serve(cfg: CoordinatorConfig) -> Result<(), ClusterError> {
+    // held until the coordinator ends: one coordinator per job log
+    let _lock = crate::cluster::persist::lock_data_dir(&cfg.data_dir, "coordinator")?;
     let svc = CoordinatorService::open(cfg.clone())?;
     let sh = svc.shared();
     let listener = tokio::net::TcpListener::bind(cfg.listen)

@@ -523,6 +523,8 @@ impl Worker for WorkerService {
 /// Runs a worker until the process ends: serves the worker API on `listen` and
 /// keeps itself joined to the coordinator.
 pub async fn serve(cfg: WorkerConfig) -> Result<(), ClusterError> {
+    // held until the worker ends: one process per checkpoint and node id
+    let _lock = crate::cluster::persist::lock_data_dir(&cfg.data_dir, "worker")?;
     let node = node_id(&cfg.data_dir)?;
     let svc = WorkerService::new(node.clone(), cfg.data_dir.clone(), cfg.mem, cfg.net.clone());
     let listener = tokio::net::TcpListener::bind(cfg.listen)
