@@ -482,6 +482,21 @@ fn a_worker_started_before_its_coordinator_logs_the_wait_once_and_joins_when_it_
 }
 
 #[test]
+fn a_submit_that_fails_to_log_its_job_leaves_no_job_behind() {
+    // a full disk failed the submit, yet the job stayed queued and ran once
+    // space was freed: a duplicate of the one submitted again
+    let c = Cluster::start(&["--min-workers", "1"], &[]);
+    // job 1's record cannot be written: a directory sits where its temporary file goes
+    let jobs = c.dir.path().join("coordinator").join("jobs");
+    std::fs::create_dir_all(jobs.join("1.job.tmp")).unwrap();
+    let file = repo(MICROBAN);
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "1", "--detach"]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1.job.tmp"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(c.status()["jobs"].as_array().unwrap().len(), 0, "{}", c.status());
+}
+
+#[test]
 fn a_second_node_on_a_data_dir_in_use_is_refused() {
     // a second worker on one data dir joined with the same node id and both
     // wrote the same checkpoint; a second coordinator shared one job log

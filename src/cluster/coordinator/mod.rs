@@ -600,7 +600,13 @@ impl Coordinator for CoordinatorService {
         };
         entry.tx.send_replace(Shared::status_of(&entry));
         self.sh.lock_jobs().insert(id, entry);
-        self.sh.persist(id)?;
+        if let Err(e) = self.sh.persist(id) {
+            // a job the client is told failed must not run later (a full disk
+            // freed): it would be a duplicate of the one submitted again
+            self.sh.lock_jobs().remove(&id);
+            tracing::warn!(job = id, error = %e, "a submitted job could not be logged; it is dropped");
+            return Err(e.into());
+        }
         tracing::info!(job = id, "job submitted");
         self.sh.wake.notify_one();
         Ok(Response::new(SubmitReply { job_id: id }))
