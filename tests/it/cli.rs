@@ -649,6 +649,30 @@ fn a_token_no_client_could_send_is_refused_when_a_node_starts() {
 }
 
 #[test]
+fn a_worker_on_every_address_without_advertise_is_warned() {
+    // it advertised 0.0.0.0:PORT silently, which other hosts cannot dial
+    let dir = tempfile::tempdir().unwrap();
+    let (data, log) = (dir.path().join("w"), dir.path().join("w.log"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(["worker", "--join", "127.0.0.1:1", "--listen", "0.0.0.0:0", "--token", "t"])
+        .args(["--threads", "1", "--data-dir", data.to_str().unwrap()])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("join failed") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(text.contains("without --advertise") && text.contains("advertise=0.0.0.0:"), "{text}");
+}
+
+#[test]
 fn an_error_names_its_cause_once() {
     // "error reading DIR: Is a directory (os error 21): Is a directory (os error 21)"
     let dir = tempfile::tempdir().unwrap();

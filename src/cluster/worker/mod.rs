@@ -532,6 +532,13 @@ pub async fn serve(cfg: WorkerConfig) -> Result<(), ClusterError> {
         .map_err(|e| ClusterError::io(format!("listening on {}", cfg.listen), e))?;
     let local = listener.local_addr().map_err(|e| ClusterError::io("reading the listen address", e))?;
     let advertise = cfg.advertise.clone().unwrap_or_else(|| local.to_string());
+    if cfg.advertise.is_none() && local.ip().is_unspecified() {
+        tracing::warn!(
+            advertise = %advertise,
+            "listening on every address without --advertise: the address given to the coordinator and peers \
+             reaches this worker from this host only; pass --advertise HOST:PORT"
+        );
+    }
     tracing::info!(node = %node, listen = %local, advertise = %advertise, data_dir = %cfg.data_dir.display(), "worker listening");
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = cfg.net.server_tls()? {
