@@ -232,10 +232,9 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
-    anyhow::ensure!(
-        a.heartbeat_timeout > 0.0 && a.resume_timeout > 0.0 && a.replace_after >= 0.0,
-        "timeouts must be positive"
-    );
+    anyhow::ensure!(a.heartbeat_timeout > 0.0, "--heartbeat-timeout must be more than 0 seconds");
+    anyhow::ensure!(a.resume_timeout > 0.0, "--resume-timeout must be more than 0 seconds");
+    anyhow::ensure!(a.min_workers >= 1, "--min-workers must be at least 1: a job runs on workers");
     let cfg = CoordinatorConfig {
         listen: a.listen,
         http: a.http,
@@ -327,6 +326,7 @@ fn progress_line(v: &JobView) -> String {
 
 pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
     super::solve::check_moves_states(a.objective, a.moves_states)?;
+    super::solve::check_kpg(a.kpg.map(|k| k as usize))?;
     let net = a.net.config()?;
     let all = read_collection(&a.file)?;
     let source = a.file.display().to_string();
@@ -514,6 +514,7 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
                 (Some(r), _) if r.status == Status::Solved => {
                     super::count(r.pushes.unwrap_or(0) as u64, "push", "pushes")
                 }
+                (Some(_), _) if j.state == "cancelled" => "cancelled".to_string(),
                 (Some(r), _) => r.status.name().to_string(),
                 (None, Some(n)) if j.message.is_empty() => format!("queue #{n}"),
                 (None, Some(n)) => format!("queue #{n}: {}", j.message),
@@ -540,7 +541,13 @@ pub fn run_cancel(a: CancelArgs) -> Result<ExitCode> {
     runtime()?.block_on(async move {
         let mut c = Client::new(&net, &a.coordinator)?;
         let state = c.cancel(a.job).await?;
-        outln!("job {}: {state}", a.job)?;
+        // a running job stops at its next check, after this answer
+        let said = match state.as_str() {
+            "cancelled" => "cancelled".to_string(),
+            "finished" | "failed" => format!("already {state}, nothing to cancel"),
+            other => format!("cancelling (it was {other}; `status` shows when it has stopped)"),
+        };
+        outln!("job {}: {said}", a.job)?;
         Ok(ExitCode::from(EXIT_OK))
     })
 }

@@ -166,9 +166,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(t) = args.timeout {
         anyhow::ensure!(t > 0.0 && t.is_finite(), "--timeout must be a positive number of seconds");
     }
-    if let Some(k) = args.kpg {
-        anyhow::ensure!(k <= MAX_K, "--kpg must be between 0 and {MAX_K}");
-    }
+    check_kpg(args.kpg)?;
     check_moves_states(args.objective, args.moves_states)?;
     if let Some(dir) = &args.spill_dir {
         check_spill_base(dir)?;
@@ -360,6 +358,14 @@ fn write_sok(path: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
         s.push('\n');
     }
     super::write_whole(path, s)
+}
+
+/// `--kpg` of `solve` and `submit`: 0 (no tables) to [`MAX_K`].
+pub fn check_kpg(kpg: Option<usize>) -> Result<()> {
+    if let Some(k) = kpg {
+        anyhow::ensure!(k <= MAX_K, "--kpg must be between 0 and {MAX_K}");
+    }
+    Ok(())
 }
 
 /// `--moves-states` with `--objective pushes` would be ignored: say so.

@@ -404,7 +404,12 @@ impl Client {
 /// there was none within `limit`.
 pub async fn health(net: &NetConfig, addr: &str, worker: bool, limit: Duration) -> Result<String, String> {
     let late = || format!("no answer within {} s", limit.as_secs_f64());
-    let refused = |s: tonic::Status| format!("{}: {}", s.code(), s.message());
+    let refused = |s: tonic::Status| match s.code() {
+        // the other kind of node answered: it has no such call
+        tonic::Code::Unimplemented if worker => "this is not a worker (a coordinator? leave out --worker)".to_string(),
+        tonic::Code::Unimplemented => "this is not a coordinator (a worker? add --worker)".to_string(),
+        _ => format!("{}: {}", s.code(), s.message()),
+    };
     if worker {
         let mut c = net.worker_client(addr).map_err(|e| e.to_string())?;
         let r = tokio::time::timeout(limit, c.hello(HelloRequest { protocol_version: PROTOCOL_VERSION }))

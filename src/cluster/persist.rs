@@ -23,6 +23,12 @@ pub struct DataDirLock {
 /// "worker"). A second node started on the same directory is refused: two
 /// coordinators would write one job log, two workers one checkpoint.
 pub fn lock_data_dir(dir: &Path, node: &str) -> Result<DataDirLock, ClusterError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(ClusterError::InvalidArgument(format!(
+            "the data directory {} is a file, not a directory",
+            dir.display()
+        )));
+    }
     fs::create_dir_all(dir)
         .map_err(|e| ClusterError::io(format!("creating the data directory {}", dir.display()), e))?;
     let path = dir.join("lock");

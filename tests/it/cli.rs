@@ -673,6 +673,39 @@ fn a_worker_on_every_address_without_advertise_is_warned() {
 }
 
 #[test]
+fn cluster_flags_that_cannot_work_are_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let afile = dir.path().join("afile");
+    std::fs::write(&afile, "").unwrap();
+    let (data, afile) = (dir.path().join("d"), afile.to_str().unwrap());
+    let data = data.to_str().unwrap();
+    let file = repo(MICROBAN);
+    let file = file.to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["coordinator", "--listen", "127.0.0.1:0", "--data-dir", data, "--heartbeat-timeout", "0"],
+            "--heartbeat-timeout",
+        ),
+        (&["coordinator", "--listen", "127.0.0.1:0", "--data-dir", data, "--min-workers", "0"], "--min-workers"),
+        (&["coordinator", "--listen", "127.0.0.1:0", "--data-dir", afile], "is a file, not a directory"),
+        (
+            &["worker", "--join", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--data-dir", afile],
+            "is a file, not a directory",
+        ),
+        // refused here, as solve refuses it, not by the coordinator
+        (
+            &["submit", file, "--level", "1", "--kpg", "9", "--coordinator", "127.0.0.1:1"],
+            "--kpg must be between 0 and 8",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(args).args(["--token", "t"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn an_error_names_its_cause_once() {
     // "error reading DIR: Is a directory (os error 21): Is a directory (os error 21)"
     let dir = tempfile::tempdir().unwrap();

@@ -1093,6 +1093,19 @@ fn a_worker_port_refuses_wrong_tokens_and_oversized_loads() {
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("unhealthy") && err.contains("wrong cluster token"), "{err}");
+    // the other kind of node: said so, where the reason was empty
+    for (addr, worker) in [(waddr.as_str(), false), (c.addr.as_str(), true)] {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["health", addr, "--token", TOKEN]).env_remove("SOKOSHARD_TOKEN");
+        if worker {
+            cmd.arg("--worker");
+        }
+        let o = cmd.output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
+        let err = String::from_utf8_lossy(&o.stderr);
+        let want = if worker { "this is not a worker" } else { "this is not a coordinator" };
+        assert!(err.contains(want), "{err}");
+    }
     assert!(c.workers[0].child.as_mut().unwrap().try_wait().unwrap().is_none(), "the worker died\n{}", c.logs());
 }
 
@@ -1258,9 +1271,20 @@ fn cancel_timeout_and_max_states_stop_cluster_jobs() {
     c.wait_for("a few layers", 60, |st| layers_done(&job(st, id)) >= 2 && job(st, id)["state"] == "running");
     let o = c.cli(&["cancel", &id.to_string()]);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with(&format!("job {id}: ")), "{o:?}");
+    // the job stops after the answer: it says so, not "running" as if nothing happened
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.starts_with(&format!("job {id}: cancelling (it was running")), "{said}");
     let st = c.wait_for("the job to be cancelled", 30, |st| job(st, id)["state"] == "cancelled");
     assert!(job(&st, id)["result"]["status"] != "solved", "{st}");
+    // a cancel, not a time limit: the result and the status table say which
+    assert_eq!(job(&st, id)["result"]["reason"], "cancelled", "{st}");
+    let o = c.cli(&["status"]);
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{id} cancelled")))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.trim_end().ends_with("cancelled") && !row.contains("timeout"), "{row}");
     // a job that is not there: a plain error, not a panic or a hang
     let o = c.cli(&["cancel", "999999"]);
     assert_eq!(o.status.code(), Some(2));

@@ -13,7 +13,7 @@ use crate::engine::driver::{
 };
 use crate::engine::kpg::{DeadlockTables, KChoice, KStats, KpgProgress, MAX_K};
 use crate::engine::moves::Tape;
-use crate::engine::report::{BoundIteration, SolveReport};
+use crate::engine::report::{BoundIteration, SolveReport, Status};
 use crate::engine::search::{LayerBackend, LayerEvent, NoProgress, ProbeEvent, Progress};
 use crate::engine::{EngineError, Problem};
 use crate::model::board::Board;
@@ -94,8 +94,11 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     sh.set_running(id, false);
     let user_cancel = cancelled.load(Ordering::SeqCst);
     match out {
-        Ok(report) => {
+        Ok(mut report) => {
             let state = if user_cancel { State::Cancelled } else { State::Finished };
+            if user_cancel && report.status == Status::Timeout {
+                report.reason = Some("cancelled".into()); // not the time limit
+            }
             tracing::info!(
                 job = id,
                 status = report.status.name(),
