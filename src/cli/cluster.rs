@@ -379,9 +379,14 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         }
         if a.detach {
             for (id, t, _) in &ids {
-                outln!("job {id}: level {} ({})", t.index, t.title)?;
+                if a.json {
+                    outln!("{}", serde_json::json!({ "job": id, "level": t.index, "title": t.title }))?;
+                } else {
+                    outln!("job {id}: level {} ({})", t.index, t.title)?;
+                }
             }
-            return Ok(ExitCode::from(EXIT_OK));
+            // a broken level was not submitted: the run is not a clean one
+            return Ok(ExitCode::from(if bad > 0 { EXIT_BAD_INPUT } else { EXIT_OK }));
         }
         let started = Instant::now();
         let mut statuses: Vec<Option<Status>> = vec![None; bad];

@@ -497,6 +497,24 @@ fn a_submit_that_fails_to_log_its_job_leaves_no_job_behind() {
 }
 
 #[test]
+fn submit_detach_answers_in_json_when_asked_and_a_broken_level_fails_the_run() {
+    // --detach printed text under --json, and exited 0 with a level refused
+    let c = Cluster::start(&[], &[]);
+    let file = c.dir.path().join("mixed.xsb");
+    std::fs::write(&file, "; good\n#####\n#@$.#\n#####\n; bad\n######\n#@$$.#\n######\n").unwrap();
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--all", "--detach", "--json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let job = lines.iter().find(|l| l.get("job").is_some()).unwrap();
+    assert_eq!((&job["level"], &job["title"]), (&1.into(), &"good".into()), "{job}");
+    let bad = lines.iter().find(|l| l["status"] == "error").unwrap();
+    assert!(bad["reason"].as_str().unwrap().contains("2 boxes but 1 goal"), "{bad}");
+    assert_eq!(c.status()["jobs"].as_array().unwrap().len(), 1);
+}
+
+#[test]
 fn a_second_node_on_a_data_dir_in_use_is_refused() {
     // a second worker on one data dir joined with the same node id and both
     // wrote the same checkpoint; a second coordinator shared one job log
