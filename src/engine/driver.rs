@@ -261,12 +261,6 @@ pub fn solve<D: Deployment>(
             Err(EngineError::Cancelled) => report.status = Status::Timeout,
             Err(e) => return Err(e),
         }
-        if report.moves_note.as_deref() == Some(STOPPED) {
-            // which stop it was: the deadline, or a cancel (Ctrl-C, a job cancelled)
-            let timed_out = spec.deadline.is_some_and(|d| Instant::now() >= d);
-            let by = if timed_out { "stopped by the time limit" } else { "cancelled" };
-            report.moves_note = Some(format!("the moves pass was {by} before it was done"));
-        }
         report.seconds = started.elapsed().as_secs_f64();
         deployment.finish_report(&mut report);
         Ok(report)
@@ -577,7 +571,7 @@ fn search<K: StateKey, D: Deployment>(
                     let t0 = Instant::now();
                     let result = moves_pass(&problem, backend, tape.as_mut(), depths, cancel, report);
                     report.moves_seconds = t0.elapsed().as_secs_f64();
-                    moves_pass_end(report, result);
+                    moves_pass_end(report, result, spec.deadline);
                     met = 0; // done
                 }
             }
@@ -628,7 +622,7 @@ fn search<K: StateKey, D: Deployment>(
                             Ok(()) => {
                                 moves_search::<K, D>(deployment, &moves, &given, None, cancel, progress, report);
                             }
-                            Err(e) => moves_pass_end(report, Err(e)),
+                            Err(e) => moves_pass_end(report, Err(e), spec.deadline),
                         }
                     }
                     // a table build between its two tries is the tables' time
@@ -854,7 +848,7 @@ fn moves_search<K: StateKey, D: Deployment>(
     if grow && result.is_ok() {
         return true;
     }
-    moves_pass_end(report, result);
+    moves_pass_end(report, result, given.spec.deadline);
     false
 }
 
@@ -894,10 +888,6 @@ pub const MOVES_MIN_STATES: u64 = 1 << 24;
 pub fn moves_budget(level_states: u64) -> u64 {
     level_states.saturating_mul(MOVES_PER_STATE).max(MOVES_MIN_STATES)
 }
-
-/// Why a stopped moves pass left the moves as they were, until [`solve`] says
-/// which stop it was.
-const STOPPED: &str = "the moves pass was stopped before it was done";
 
 /// Runs the moves pass on layers searched without move pruning that met at
 /// `(forward, backward)`, and records its outcome: the better solution, or
@@ -951,11 +941,17 @@ fn moves_pass<K: StateKey>(
 
 /// The end of a moves pass: whatever stopped it (the deadline, a full disk, a
 /// failed worker, an internal check), the push-optimal solution found before
-/// it stands, with the reason its moves are not minimal.
-fn moves_pass_end(report: &mut SolveReport, result: Result<(), EngineError>) {
+/// it stands, with the reason its moves are not minimal. A stop is the
+/// solve's `deadline` once it has passed, a cancel (Ctrl-C, a job cancelled)
+/// before.
+fn moves_pass_end(report: &mut SolveReport, result: Result<(), EngineError>, deadline: Option<Instant>) {
     match result {
         Ok(()) => {}
-        Err(EngineError::Cancelled) => report.moves_note = Some(STOPPED.into()),
+        Err(EngineError::Cancelled) => {
+            let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+            let by = if timed_out { "stopped by the time limit" } else { "cancelled" };
+            report.moves_note = Some(format!("the moves pass was {by} before it was done"));
+        }
         Err(e) => {
             tracing::warn!(error = %e, "the moves pass failed; the push-optimal solution stands");
             report.moves_note = Some(format!("the moves pass failed: {e}"));
