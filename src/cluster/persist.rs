@@ -60,9 +60,7 @@ pub fn write<T: serde::Serialize>(path: &Path, magic: &[u8; 8], version: u32, va
     let body =
         serde_json::to_vec(value).map_err(|e| ClusterError::Internal(format!("encoding {}: {e}", path.display())))?;
     let buf = envelope::seal(&kind(magic, version), &body);
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = crate::storage::files::tmp_path(path);
     let io = |what: &str, e| ClusterError::io(format!("{what} {}", tmp.display()), e);
     let mut f = File::create(&tmp).map_err(|e| io("creating", e))?;
     f.write_all(&buf).map_err(|e| io("writing", e))?;

@@ -58,6 +58,7 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::error::StorageError;
+use super::files::tmp_path;
 use crate::engine::partition::gallop;
 use crate::model::key::StateKey;
 
@@ -105,12 +106,6 @@ fn entry_len(limbs: usize) -> u64 {
 /// Longest LEB128 encoding of a `limbs`-wide delta.
 fn max_varint_len(limbs: usize) -> u64 {
     (limbs as u64 * 64).div_ceil(7)
-}
-
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
 }
 
 // Fixed-offset readers; callers only pass offsets inside buffers whose length
