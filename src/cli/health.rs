@@ -16,7 +16,7 @@ pub struct HealthArgs {
     #[arg(long)]
     pub worker: bool,
     /// Seconds to wait for the answer.
-    #[arg(long, default_value_t = 3.0, value_parser = super::seconds)]
+    #[arg(long, default_value_t = 3.0, value_parser = super::positive_seconds)]
     pub timeout: f64,
     #[command(flatten)]
     pub net: NetArgs,
@@ -25,7 +25,6 @@ pub struct HealthArgs {
 /// Exit 0 and one line on stdout when the node answers; exit 1 and the reason on
 /// stderr when it does not (or refuses the token); 2 for bad usage.
 pub fn run(a: HealthArgs) -> Result<ExitCode> {
-    anyhow::ensure!(a.timeout > 0.0 && a.timeout.is_finite(), "--timeout must be a positive number of seconds");
     let net = a.net.config()?;
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;

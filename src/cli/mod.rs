@@ -116,6 +116,14 @@ pub fn seconds(s: &str) -> std::result::Result<f64, String> {
     Ok(v)
 }
 
+/// [`seconds`] for a time that must pass at all (a time limit, a timeout): more than 0.
+pub fn positive_seconds(s: &str) -> std::result::Result<f64, String> {
+    match seconds(s)? {
+        v if v > 0.0 => Ok(v),
+        _ => Err(format!("{s} seconds: must be more than 0")),
+    }
+}
+
 /// Which signals stop a command the way Ctrl-C does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopOn {

@@ -37,7 +37,7 @@ pub struct SolveArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Per-level time limit in seconds; the level reports `timeout`.
-    #[arg(long, value_parser = super::seconds)]
+    #[arg(long, value_parser = super::positive_seconds)]
     pub timeout: Option<f64>,
     /// Stop a level (status `limit`) once this many states are stored (a
     /// failed plain try's states, dropped between bound iterations, do not count).
@@ -162,9 +162,6 @@ struct Outcome {
 pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(p) = args.partitions {
         anyhow::ensure!(p.is_power_of_two() && p <= 1 << 16, "--partitions {p} must be a power of two up to 65536");
-    }
-    if let Some(t) = args.timeout {
-        anyhow::ensure!(t > 0.0 && t.is_finite(), "--timeout must be a positive number of seconds");
     }
     check_kpg(args.kpg)?;
     check_moves_states(args.objective, args.moves_states)?;
