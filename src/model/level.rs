@@ -230,9 +230,10 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
     let mut rows: Vec<(usize, String)> = Vec::new();
     let mut syntax_error: Option<(usize, LevelErrorKind)> = None;
     let mut pending_title: Option<String> = None;
-    let mut after_level = false; // lines right after a block may carry `Title:`
-                                 // the last level got its title from a line before it, and a blank line
-                                 // has come since: a `Title:` now is the next level's (titles before boards)
+    // lines right after a block may carry `Title:`
+    let mut after_level = false;
+    // the last level got its title from a line before it, and a blank line
+    // has come since: a `Title:` now is the next level's (titles before boards)
     let mut last_titled_before = false;
     let mut blank_since_level = false;
     // inside a `Comment:` ... `Comment-End:` block: free text, never a title

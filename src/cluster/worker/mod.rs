@@ -608,19 +608,21 @@ async fn heartbeat_loop(svc: WorkerService, cfg: WorkerConfig, node: String, adv
         } else {
             let hb =
                 HeartbeatRequest { node_id: node.clone(), incarnation: svc.incarnation(), stats: Some(svc.stats()) };
-            let answer = client.heartbeat(hb).await;
-            if answer.is_ok() {
-                if let Some(f) = beating.succeeded(Instant::now()) {
-                    tracing::info!(failed = f.failures, seconds = f.seconds, "heartbeats reach the coordinator again");
+            match client.heartbeat(hb).await {
+                Ok(r) => {
+                    if let Some(f) = beating.succeeded(Instant::now()) {
+                        tracing::info!(
+                            failed = f.failures,
+                            seconds = f.seconds,
+                            "heartbeats reach the coordinator again"
+                        );
+                    }
+                    if !r.get_ref().known {
+                        tracing::info!("the coordinator does not know this worker, joining again");
+                        joined = false;
+                        continue;
+                    }
                 }
-            }
-            match answer {
-                Ok(r) if !r.get_ref().known => {
-                    tracing::info!("the coordinator does not know this worker, joining again");
-                    joined = false;
-                    continue;
-                }
-                Ok(_) => {}
                 Err(s) => beating.failed_at_coordinator("heartbeat failed", &cfg.join, s.message()),
             }
         }
