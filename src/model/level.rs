@@ -187,10 +187,18 @@ fn looks_like_row(line: &str, in_block: bool) -> bool {
         return matches!(first_non_digit, Some(c) if is_board_char(c) || c == '|');
     }
     if t.chars().all(|c| is_board_char(c) || c.is_ascii_digit() || c == '|') {
-        return t.contains('#') || in_block;
+        return t.contains('#') || in_block || is_player_row(t);
     }
     // inside a block, a line with walls but a stray character is a broken row
     in_block && t.contains('#')
+}
+
+/// A line of board symbols alone holding exactly one player (`  @ $`): a row
+/// with its player outside the walls, not a title, so the level says so.
+/// Lines of boxes or goals alone (`***`, `...`) stay free text.
+fn is_player_row(t: &str) -> bool {
+    let symbols = t.chars().all(|c| matches!(c, ' ' | '-' | '_' | '.' | '$' | '*' | '@' | '+'));
+    symbols && t.chars().filter(|&c| matches!(c, '@' | '+')).count() == 1
 }
 
 /// A header line's field name, lowercased (`Title: #1` gives `title`): a
@@ -515,6 +523,20 @@ mod tests {
         assert_eq!((v[1].title.as_str(), v[1].parse().unwrap().first_line), ("two", 7));
         let v = split_collection("; crlf\r\n#####\r\n#@$.#\r\n#####\r\n", "x");
         assert_eq!(v[0].parse().unwrap().first_line, 2);
+    }
+
+    #[test]
+    fn a_player_drawn_above_the_walls_is_an_open_level_not_a_title() {
+        let v = split_collection("; real title\n   @\n #####\n #.$ #\n #####\n", "x");
+        assert_eq!((v.len(), v[0].title.as_str()), (1, "real title"));
+        let e = v[0].parse().unwrap_err();
+        assert!(matches!(e.kind, LevelErrorKind::Open { .. }), "{e}");
+        assert_eq!(e.line, 2);
+        // lines of boxes or goals alone, and a lone plus among words, stay free text
+        for title in ["***", "...", "$$$", "a + b", "@@"] {
+            let v = split_collection(&format!("{title}\n#####\n#@$.#\n#####\n"), "x");
+            assert_eq!((v.len(), v[0].title.as_str()), (1, title));
+        }
     }
 
     #[test]
