@@ -46,7 +46,7 @@ impl SolutionOf {
 pub struct VerifyArgs {
     #[command(flatten)]
     pub of: SolutionOf,
-    /// One JSON object: valid, pushes, moves, and step and reason when invalid.
+    /// One JSON object: valid, pushes, moves; reason (and step) when invalid; warning for letters of the wrong case.
     #[arg(long)]
     pub json: bool,
 }
@@ -102,6 +102,9 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         outln!("{}", serde_json::to_string(&v)?)?;
     } else if v.valid {
         outln!("valid: {}", super::pushes_moves(v.pushes as u64, v.moves as u64))?;
+        if let Some(w) = &v.warning {
+            errln!("warning: {w}");
+        }
     } else {
         outln!("{}", invalid(&v))?;
     }
@@ -110,9 +113,9 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
 
 /// Where and why a solution fails, as `verify` and `replay` say it.
 pub fn invalid(v: &sokoshard::model::solution::Verdict) -> String {
+    let at = v.step.map(|s| format!(" at step {s}")).unwrap_or_default();
     format!(
-        "invalid at step {}: {} (after {})",
-        v.step.unwrap_or(0),
+        "invalid{at}: {} (after {})",
         v.reason.as_deref().unwrap_or("?"),
         super::pushes_moves(v.pushes as u64, v.moves as u64)
     )

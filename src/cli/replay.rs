@@ -29,6 +29,9 @@ pub fn run_replay(args: ReplayArgs) -> Result<ExitCode> {
         errln!("error: the solution is {}; no page written", invalid(&v));
         return Ok(ExitCode::from(EXIT_NOT_SOLVED));
     }
+    if let Some(w) = &v.warning {
+        errln!("warning: {w}");
+    }
     write_replay(&args.html, &[ReplayLevel::new(&level, &args.of.solution, v.pushes, v.moves)])?;
     outln!(
         "wrote {}: level {} ({}), {}",

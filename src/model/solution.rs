@@ -102,21 +102,30 @@ pub struct Verdict {
     pub step: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Letters whose case says the wrong thing (a push written lowercase, a
+    /// walk uppercase): the replay goes by the board, so they do not make the
+    /// solution invalid, but other programs may read it differently.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Replays `lurd` on the level's grid (whitespace is skipped but counted in step
-/// indices). Every move into a box pushes it, whatever the letter's case.
+/// indices). Every move into a box pushes it, whatever the letter's case; a
+/// letter of the wrong case is named in the verdict's warning.
 pub fn verify(level: &Level, lurd: &str) -> Verdict {
     let w = level.width;
     let mut boxes = level.boxes.clone();
     let mut player = level.player;
     let (mut pushes, mut moves) = (0, 0);
+    // (count, first step and letter) of letters whose case disagrees with the board
+    let mut miscased: (usize, Option<(usize, char, bool)>) = (0, None);
     let fail = |step: usize, pushes, moves, reason: String| Verdict {
         valid: false,
         pushes,
         moves,
         step: Some(step),
         reason: Some(reason),
+        warning: None,
     };
     let at = |c: usize| format!("column {}, row {}", c % w + 1, c / w + 1);
     for (i, ch) in lurd.chars().enumerate() {
@@ -137,7 +146,8 @@ pub fn verify(level: &Level, lurd: &str) -> Verdict {
         if level.walls[next] {
             return fail(step, pushes, moves, format!("the player walks into the wall at {}", at(next)));
         }
-        if boxes[next] {
+        let pushed = boxes[next];
+        if pushed {
             let Some(beyond) = step_cell(level, next, d) else {
                 return fail(step, pushes, moves, format!("the box at {} is pushed off the map", at(next)));
             };
@@ -151,20 +161,38 @@ pub fn verify(level: &Level, lurd: &str) -> Verdict {
             boxes[beyond] = true;
             pushes += 1;
         }
+        if ch.is_ascii_uppercase() != pushed {
+            miscased.0 += 1;
+            miscased.1.get_or_insert((step, ch, pushed));
+        }
         player = next;
         moves += 1;
     }
     let off = (0..boxes.len()).filter(|&c| boxes[c] && !level.goals[c]).count();
     if off > 0 {
+        let empty = moves == 0;
         return Verdict {
             valid: false,
             pushes,
             moves,
-            step: Some(lurd.chars().count()),
-            reason: Some(format!("the final position is not solved: {off} box(es) off goals")),
+            step: (!empty).then(|| lurd.chars().count()),
+            reason: Some(if empty {
+                format!("the solution has no moves and {off} box(es) stand off goals")
+            } else {
+                format!("the final position is not solved: {off} box(es) off goals")
+            }),
+            warning: None,
         };
     }
-    Verdict { valid: true, pushes, moves, step: None, reason: None }
+    Verdict { valid: true, pushes, moves, step: None, reason: None, warning: miscase_warning(miscased) }
+}
+
+/// The warning for letters of the wrong case: how many, and the first.
+fn miscase_warning((count, first): (usize, Option<(usize, char, bool)>)) -> Option<String> {
+    let (step, ch, pushed) = first?;
+    let what = if pushed { "pushes a box but is lowercase (a walk)" } else { "walks but is uppercase (a push)" };
+    let more = if count > 1 { format!("; {count} letters in all have the wrong case") } else { String::new() };
+    Some(format!("step {step}: {ch:?} {what}{more}"))
 }
 
 fn step_cell(level: &Level, c: usize, d: usize) -> Option<usize> {
@@ -199,6 +227,32 @@ mod tests {
         assert_eq!(v.step, Some(2));
         let v = verify(&l, "u");
         assert_eq!(v.step, Some(1));
+    }
+
+    #[test]
+    fn an_empty_solution_is_not_step_0() {
+        let l = parse_one("######\n#@$ .#\n######\n", "t").unwrap();
+        for empty in ["", "  \n"] {
+            let v = verify(&l, empty);
+            assert!(!v.valid);
+            assert_eq!(v.step, None, "no step to point at");
+            assert!(v.reason.unwrap().contains("no moves"));
+        }
+    }
+
+    #[test]
+    fn letters_of_the_wrong_case_are_warned_about_not_refused() {
+        let l = parse_one("#######\n#@ $ .#\n#######\n", "t").unwrap();
+        assert_eq!(verify(&l, "rRR").warning, None);
+        let v = verify(&l, "rrR");
+        assert!(v.valid);
+        assert_eq!((v.pushes, v.moves), (2, 3));
+        assert_eq!(v.warning.as_deref(), Some("step 2: 'r' pushes a box but is lowercase (a walk)"));
+        let v = verify(&l, "RRr");
+        assert!(v.valid);
+        let w = v.warning.unwrap();
+        assert!(w.starts_with("step 1: 'R' walks but is uppercase (a push)"), "{w}");
+        assert!(w.ends_with("2 letters in all have the wrong case"), "{w}");
     }
 
     #[test]
