@@ -72,13 +72,13 @@ pub fn run(cmd: DeadlocksCommand) -> Result<ExitCode> {
 /// table takes in the file.
 pub fn describe(s: &KStats, bytes: u64) -> String {
     format!(
-        "k={}: explored {} forward + {} backward configurations, kept {} forward + {} backward patterns, {:.2} s, {} in the file",
+        "k={}: explored {} forward + {} backward configurations, kept {} forward + {} backward patterns, {}, {} in the file",
         s.k,
         s.forward_states,
         s.backward_states,
         s.forward_patterns,
         s.backward_patterns,
-        s.seconds,
+        super::secs(s.seconds),
         human_bytes(bytes)
     )
 }

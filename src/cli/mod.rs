@@ -104,6 +104,11 @@ pub fn pushes_moves(pushes: u64, moves: u64) -> String {
     format!("{}, {}", count(pushes, "push", "pushes"), count(moves, "move", "moves"))
 }
 
+/// A time as every printer says it: "0.42 s", "61.50 s".
+pub fn secs(seconds: f64) -> String {
+    format!("{seconds:.2} s")
+}
+
 /// Parses a time flag in seconds: a number from 0 to
 /// [`MAX_SECONDS`](sokoshard::engine::search::MAX_SECONDS) (a larger one is
 /// no limit a clock can keep, and used to panic).

@@ -101,12 +101,12 @@ pub fn print_level(
                             IterationSearch::PlainTry => ", plain search tried",
                             _ => "",
                         };
-                        format!("{u} ({} states, {:.2} s{cut})", it.states, it.seconds)
+                        format!("{u} ({} states, {}{cut})", it.states, super::secs(it.seconds))
                     })
                     .collect();
                 outln!("  bounds: {}", steps.join(", "))?;
             }
-            outln!("  states: {} stored, {} generated; {:.3} s", r.states, r.generated, r.seconds)?;
+            outln!("  states: {} stored, {} generated; {}", r.states, r.generated, super::secs(r.seconds))?;
             if r.moves_seconds > 0.0 {
                 // a pass stopped before it counted them has no count to give
                 let optimal = if r.moves_note.is_some() && r.optimal_states == 0 {
@@ -115,14 +115,14 @@ pub fn print_level(
                     format!(", {} on push-optimal solutions", r.optimal_states)
                 };
                 outln!(
-                    "  moves pass: {} states searched{optimal}{}; {:.3} s",
+                    "  moves pass: {} states searched{optimal}{}; {}",
                     r.moves_states,
                     if r.moves_disk_bytes > 0 {
                         format!(" ({} of them on disk)", human_bytes(r.moves_disk_bytes))
                     } else {
                         String::new()
                     },
-                    r.moves_seconds
+                    super::secs(r.moves_seconds)
                 )?;
             }
             if let Some(st) = &r.storage {
@@ -167,14 +167,14 @@ pub fn print_summary_of(statuses: &[Option<Status>], total: Duration) -> std::io
         "total time"
     )?;
     outln!(
-        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11.1}s",
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
         count(Status::Solved),
         count(Status::Unsolvable),
         count(Status::Timeout),
         count(Status::Limit),
         count(Status::Bounded),
         errors,
-        total.as_secs_f64()
+        super::secs(total.as_secs_f64())
     )
 }
 

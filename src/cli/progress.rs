@@ -122,8 +122,11 @@ impl KpgProgress for KProgress {
     fn k_done(&self, s: &KStats) {
         if let (Some(b), true) = (&self.bar, self.k_lines) {
             b.println(format!(
-                "k={} done: {} forward + {} backward configurations, {:.2} s",
-                s.k, s.forward_states, s.backward_states, s.seconds
+                "k={} done: {} forward + {} backward configurations, {}",
+                s.k,
+                s.forward_states,
+                s.backward_states,
+                super::secs(s.seconds)
             ));
         }
     }
