@@ -497,14 +497,14 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
         }
         outln!("jobs ({}):", jobs.len())?;
         outln!(
-            "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12} {:>9}  note",
+            "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12} {:>10}  note",
             "id",
             "state",
             "level",
             "layer",
             "states",
             "states/s",
-            "seconds"
+            "time"
         )?;
         for j in &jobs {
             let note = match (&j.result, j.queue_position) {
@@ -518,14 +518,14 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
                 (None, None) => j.message.clone(),
             };
             outln!(
-                "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12.0} {:>9.1}  {}",
+                "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12.0} {:>10}  {}",
                 j.id,
                 j.state,
                 format!("{} ({})", j.index, j.title).chars().take(24).collect::<String>(),
                 format!("{} {}", j.side, j.layer),
                 j.stored,
                 j.rate,
-                j.seconds,
+                super::secs(j.seconds),
                 note
             )?;
         }

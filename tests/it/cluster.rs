@@ -515,6 +515,28 @@ fn submit_detach_answers_in_json_when_asked_and_a_broken_level_fails_the_run() {
 }
 
 #[test]
+fn time_queued_for_workers_is_neither_a_jobs_seconds_nor_spent_of_its_limit() {
+    // `status` counted a job's wait for --min-workers in its seconds, and the
+    // time limit ran from the submit, so a job queued long enough timed out
+    // before a worker came
+    let mut c = Cluster::start(&["--min-workers", "1"], &[]);
+    let file = repo(MICROBAN);
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--level", "1", "--detach", "--json", "--timeout", "2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let id = serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["job"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(3000));
+    let j = job(&c.status(), id);
+    assert_eq!((&j["state"], j["seconds"].as_f64()), (&"queued".into(), Some(0.0)), "{j}");
+    c.start_worker(0);
+    let st = c.wait_for("the job's end", 60, |st| matches!(job(st, id)["state"].as_str(), Some("finished" | "failed")));
+    let j = job(&st, id);
+    assert_eq!(j["result"]["status"], "solved", "{j}\n{}", c.logs());
+    for seconds in [&j["seconds"], &j["result"]["seconds"]] {
+        assert!(seconds.as_f64().is_some_and(|s| s < 2.0), "{j}");
+    }
+}
+
+#[test]
 fn a_second_node_on_a_data_dir_in_use_is_refused() {
     // a second worker on one data dir joined with the same node id and both
     // wrote the same checkpoint; a second coordinator shared one job log

@@ -21,6 +21,7 @@ use crate::engine::partition::Partitioner;
 use crate::engine::search::{LayerBackend, SearchEnd, StepOutcome};
 use crate::engine::{EngineError, Side};
 use crate::model::key::StateKey;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,6 +97,37 @@ pub struct ClusterBackend<'a, K: StateKey> {
     pub(super) _key: PhantomData<K>,
 }
 
+/// Blocks job `id`'s thread, the job queued and saying so, until at least
+/// `--min-workers` workers are alive (their ids and addresses), or the job is
+/// asked to stop.
+pub(super) fn wait_for_workers(
+    sh: &Arc<Shared>,
+    id: u64,
+    stop: &AtomicBool,
+    rt: &Handle,
+) -> Result<BTreeMap<String, (String, u64)>, ClusterError> {
+    let min = sh.cfg.min_workers.max(1);
+    loop {
+        let seen = sh.changes_seen();
+        if stop.load(Ordering::SeqCst) {
+            return Err(ClusterError::Cancelled);
+        }
+        let alive = sh.alive();
+        if alive.len() >= min {
+            return Ok(alive);
+        }
+        let msg = format!("waiting for workers: {} of {min} alive", alive.len());
+        let _ = sh.update(id, false, |r| {
+            r.state = State::Queued;
+            r.message = msg;
+        });
+        let sh = sh.clone();
+        rt.block_on(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(60), sh.changed_since(seen)).await;
+        });
+    }
+}
+
 impl<'a, K: StateKey> ClusterBackend<'a, K> {
     pub(super) fn new(
         sh: Arc<Shared>,
@@ -140,30 +172,19 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
     /// Spreads the partitions over the live workers (round robin by node id)
     /// once enough of them are there.
     pub(super) fn assign(&mut self, rec: &JobRecord) -> Result<(), ClusterError> {
-        let min = self.sh.cfg.min_workers.max(1);
-        loop {
-            let seen = self.sh.changes_seen();
-            if self.stop.load(Ordering::SeqCst) {
-                return Err(ClusterError::Cancelled);
-            }
-            let alive = self.sh.alive();
-            if alive.len() >= min {
-                self.nodes = alive.keys().cloned().collect();
-                let n = self.nodes.len() as u32;
-                self.owners = (0..rec.options.partitions).map(|p| p % n).collect();
-                let (nodes, owners) = (self.nodes.clone(), self.owners.clone());
-                self.sh.update(self.id, true, |r| {
-                    r.nodes = nodes;
-                    r.owners = owners;
-                    r.state = State::Running;
-                    r.message.clear();
-                })?;
-                tracing::info!(job = self.id, workers = n, partitions = rec.options.partitions, "partitions assigned");
-                return Ok(());
-            }
-            self.set_message(State::Queued, format!("waiting for workers: {} of {min} alive", alive.len()));
-            self.wait_change(seen, Duration::from_secs(60));
-        }
+        let alive = wait_for_workers(&self.sh, self.id, self.stop, &self.rt)?;
+        self.nodes = alive.keys().cloned().collect();
+        let n = self.nodes.len() as u32;
+        self.owners = (0..rec.options.partitions).map(|p| p % n).collect();
+        let (nodes, owners) = (self.nodes.clone(), self.owners.clone());
+        self.sh.update(self.id, true, |r| {
+            r.nodes = nodes;
+            r.owners = owners;
+            r.state = State::Running;
+            r.message.clear();
+        })?;
+        tracing::info!(job = self.id, workers = n, partitions = rec.options.partitions, "partitions assigned");
+        Ok(())
     }
 
     pub(super) fn set_message(&self, state: State, msg: String) {

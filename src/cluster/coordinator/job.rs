@@ -45,6 +45,12 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         Ok(b) => Arc::new(b),
         Err(e) => return fail(format!("bad level: {e}")),
     };
+    if rec.nodes.is_empty() {
+        // a new job waits for its workers here, queued, so that neither its
+        // clock nor its time limit counts the wait (a stop while it waits is
+        // the solve's to report: the backend sees the flag)
+        let _ = super::backend::wait_for_workers(sh, id, &stop, rt);
+    }
     sh.set_running(id, true);
     let mut deployment = ClusterDeployment { sh: sh.clone(), id, rt: rt.clone(), stop: &stop, tables_reused: None };
     if rec.kind == Kind::Deadlocks {
@@ -84,7 +90,8 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         probe_after: PROBE_AFTER,
         moves_states: (rec.options.moves_states > 0).then_some(rec.options.moves_states),
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
-        // the deadline counts the time already run before a coordinator restart
+        // the deadline counts the time already run before a coordinator
+        // restart, and not the time queued for workers
         deadline: (rec.options.timeout > 0.0)
             .then(|| crate::engine::search::deadline_in(rec.options.timeout - rec.seconds))
             .flatten(),
@@ -274,7 +281,8 @@ impl Deployment for ClusterDeployment<'_> {
         report.peak_memory_bytes = rec.peak_memory_bytes;
         report.store_bytes = rec.memory_bytes;
         report.disk_bytes = rec.disk_bytes;
-        report.seconds = report.seconds.max(rec.seconds);
+        // the job's clock: every run's time on it, not the time queued for workers
+        report.seconds = self.sh.job_seconds(self.id);
         if let Some(secs) = self.tables_reused {
             report.kpg_seconds = secs;
         }

@@ -115,11 +115,36 @@ struct JobEntry {
     /// Raised by a client's cancel.
     cancelled: Arc<AtomicBool>,
     tx: watch::Sender<JobStatus>,
-    /// When the current run started.
+    /// The job's thread is running it (from its start to its end, whatever
+    /// the state says meanwhile).
+    running: bool,
+    /// Since when the job's clock runs: while its thread runs it and it is
+    /// not queued (waiting for workers), so `seconds` is time spent on it.
     run_started: Option<Instant>,
     /// When the running bound iteration started (this run), for the status
     /// page's pace.
     iteration_started: Option<Instant>,
+}
+
+impl JobEntry {
+    /// Starts or stops the job's clock as its thread and state say: queued
+    /// time (waiting for enough workers) is not the job's.
+    /// Its seconds over every run, with the running clock read now.
+    fn seconds(&self) -> f64 {
+        self.rec.seconds + self.run_started.map_or(0.0, |s| s.elapsed().as_secs_f64())
+    }
+
+    fn tick(&mut self) {
+        let counts = self.running && self.rec.state != State::Queued;
+        match (counts, self.run_started) {
+            (true, None) => self.run_started = Some(Instant::now()),
+            (false, Some(s)) => {
+                self.rec.seconds += s.elapsed().as_secs_f64();
+                self.run_started = None;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The coordinator's state, shared by the service and the job runner.
@@ -188,7 +213,7 @@ impl Shared {
 
     fn status_of(e: &JobEntry) -> JobStatus {
         let r = &e.rec;
-        let seconds = r.seconds + e.run_started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        let seconds = e.seconds();
         let front = |i: usize| r.layers[i].last().copied().unwrap_or(0);
         JobStatus {
             job_id: r.id,
@@ -225,6 +250,7 @@ impl Shared {
             let e = jobs.get_mut(&id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
             let bound = e.rec.bound;
             f(&mut e.rec);
+            e.tick();
             if e.rec.bound != bound || e.iteration_started.is_none() {
                 e.iteration_started = Some(Instant::now());
             }
@@ -240,14 +266,16 @@ impl Shared {
         self.lock_jobs().get(&id).map(|e| e.rec.clone())
     }
 
+    /// The seconds job `id` has run, over every run, its clock read now.
+    pub fn job_seconds(&self, id: u64) -> f64 {
+        self.lock_jobs().get(&id).map_or(0.0, JobEntry::seconds)
+    }
+
     fn set_running(&self, id: u64, running: bool) {
         let mut jobs = self.lock_jobs();
         if let Some(e) = jobs.get_mut(&id) {
-            if running {
-                e.run_started.get_or_insert_with(Instant::now);
-            } else if let Some(s) = e.run_started.take() {
-                e.rec.seconds += s.elapsed().as_secs_f64();
-            }
+            e.running = running;
+            e.tick();
             e.tx.send_replace(Self::status_of(e));
         }
     }
@@ -259,7 +287,7 @@ impl Shared {
             let jobs = self.lock_jobs();
             let Some(e) = jobs.get(&id) else { return Ok(()) };
             let mut r = e.rec.clone();
-            r.seconds += e.run_started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+            r.seconds = e.seconds();
             r
         };
         persist::write(&job_path(&self.cfg.data_dir, id), RECORD_MAGIC, RECORD_VERSION, &rec)
@@ -413,6 +441,7 @@ impl CoordinatorService {
                 stop: Arc::new(AtomicBool::new(false)),
                 cancelled: Arc::new(AtomicBool::new(false)),
                 tx: watch::channel(JobStatus::default()).0,
+                running: false,
                 run_started: None,
                 iteration_started: None,
                 rec,
@@ -594,6 +623,7 @@ impl Coordinator for CoordinatorService {
             stop: Arc::new(AtomicBool::new(false)),
             cancelled: Arc::new(AtomicBool::new(false)),
             tx: watch::channel(JobStatus::default()).0,
+            running: false,
             run_started: None,
             iteration_started: None,
             rec,
