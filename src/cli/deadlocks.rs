@@ -2,9 +2,10 @@
 //! and looking inside them.
 
 use super::progress::KProgress;
-use super::{read_collection, OneLevel, EXIT_OK};
+use super::{read_collection, OneLevel, EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use sokoshard::cluster::client::TableOptions;
 use sokoshard::engine::kpg::{unpack, DeadPlayers, KChoice, KStats, KTable, Packed, MAX_K};
 use sokoshard::model::board::Board;
 use sokoshard::model::level::parse_one;
@@ -15,8 +16,9 @@ use sokoshard::sys::human_bytes;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(clap::Subcommand)]
 pub enum DeadlocksCommand {
@@ -45,6 +47,10 @@ pub struct BuildArgs {
     /// One JSON object per k on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Time limit in seconds: the tables of every k finished by then are
+    /// written, and the command exits 1 (as on Ctrl-C).
+    #[arg(long, value_parser = super::positive_seconds)]
+    pub timeout: Option<f64>,
     /// Build on a cluster: this coordinator's workers play the k-games.
     #[arg(long)]
     pub coordinator: Option<String>,
@@ -98,16 +104,37 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
         return build_on_cluster(&args, addr, &level, &board);
     }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    super::on_stop_signals(super::StopOn::InterruptTermAndHangUp, || STOP.store(true, Ordering::SeqCst));
+    let timer = args.timeout.map(|s| super::StopTimer::start(Duration::from_secs_f64(s), &STOP)).transpose()?;
     let progress = KProgress::with_k_lines(format!("level {} ({})", level.index, level.title));
-    let (tables, stats) = pool.install(|| {
-        build_tables(board.clone(), args.k.map_or(KChoice::Auto, KChoice::UpTo), 16, &AtomicBool::new(false), &progress)
-    })?;
+    let (tables, stats) = pool
+        .install(|| build_tables(board.clone(), args.k.map_or(KChoice::Auto, KChoice::UpTo), 16, &STOP, &progress))?;
     progress.finish();
+    let stopped = match (timer.is_some_and(|t| t.fired()), STOP.load(Ordering::SeqCst)) {
+        (true, _) => Some("stopped by the time limit"),
+        (false, true) => Some("interrupted"),
+        (false, false) => None,
+    };
+    if let (Some(why), true) = (stopped, tables.tables.is_empty()) {
+        errln!("error: {why} before the 1-box game was finished; nothing written");
+        return Ok(ExitCode::from(EXIT_NOT_SOLVED));
+    }
     // the bounded search's pair penalties go into the file beside the patterns
     let tables = tables.with_level_pairs();
     let bytes = kdb::save(&args.output, &tables, &level.to_xsb())?;
-    report_build(&args, &stats, &tables.tables, bytes)
+    report_build(&args, &stats, &tables.tables, bytes)?;
+    Ok(match stopped {
+        Some(why) => {
+            let done = stats.last().map_or(0, |s| s.k);
+            errln!("{why} in the {}-box game: the file holds the tables of k = 1..{done}", done + 1);
+            ExitCode::from(EXIT_NOT_SOLVED)
+        }
+        None => ExitCode::from(EXIT_OK),
+    })
 }
+
+/// Raised by Ctrl-C, SIGTERM, SIGHUP or `--timeout` during a local build.
+static STOP: AtomicBool = AtomicBool::new(false);
 
 /// `deadlocks build --coordinator`: the cluster plays the k-games; the database
 /// comes back checked against this level and is written like a local build's.
@@ -125,15 +152,17 @@ fn build_on_cluster(
         b.enable_steady_tick(std::time::Duration::from_millis(200));
         b
     });
-    let (bytes, stats) = super::cluster::runtime()?.block_on(async {
+    let how = TableOptions { k: args.k.map(|k| k as u32), partitions: 0, timeout: args.timeout.unwrap_or(0.0) };
+    let built = super::cluster::runtime()?.block_on(async {
         let mut c = sokoshard::cluster::client::Client::new(&net, addr)?;
-        c.build_tables(&text, &level.title, level.index as u32, args.k.map(|k| k as u32), 0, |v| {
+        c.build_tables(&text, &level.title, level.index as u32, how, |v| {
             if let Some(b) = &bar {
                 b.set_message(format!("{}: {}", v.state, v.message));
             }
         })
         .await
     })?;
+    let (bytes, stats) = (built.kdb, built.stats);
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -143,12 +172,19 @@ fn build_on_cluster(
         "the cluster returned tables of another level"
     );
     super::write_whole(&args.output, &bytes)?;
-    report_build(args, &stats, &file.tables, bytes.len() as u64)
+    report_build(args, &stats, &file.tables, bytes.len() as u64)?;
+    Ok(match built.cut_short {
+        Some(note) => {
+            errln!("{note}: the file holds what was finished");
+            ExitCode::from(EXIT_NOT_SOLVED)
+        }
+        None => ExitCode::from(EXIT_OK),
+    })
 }
 
 /// The build report, the same for a local and a cluster build: a line (or JSON
 /// object) per k, then the file written.
-fn report_build(args: &BuildArgs, stats: &[KStats], tables: &[KTable], bytes: u64) -> Result<ExitCode> {
+fn report_build(args: &BuildArgs, stats: &[KStats], tables: &[KTable], bytes: u64) -> Result<()> {
     for s in stats {
         let table_bytes = tables.iter().find(|t| t.k == s.k).map_or(0, kdb::table_bytes);
         if args.json {
@@ -162,7 +198,7 @@ fn report_build(args: &BuildArgs, stats: &[KStats], tables: &[KTable], bytes: u6
     if !args.json {
         outln!("wrote {} ({})", args.output.display(), human_bytes(bytes))?;
     }
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(())
 }
 
 fn show(args: ShowArgs) -> Result<ExitCode> {

@@ -44,6 +44,8 @@ use anyhow::{bail, Context, Result};
 use sokoshard::model::level::{split_collection, LevelText};
 use std::io::Read;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Exit code: solved / verified / listed.
 pub const EXIT_OK: u8 = 0;
@@ -161,6 +163,42 @@ pub fn on_stop_signals(on: StopOn, stop: fn()) {
         if let Err(e) = caught {
             tracing::warn!(error = %e, "cannot catch sigterm and sighup: they end the process at once");
         }
+    }
+}
+
+/// Raises `flag` once `after` has passed, from a thread that waits on a
+/// channel; dropping the timer first ends the thread and leaves the flag be.
+pub struct StopTimer {
+    tx: Option<std::sync::mpsc::Sender<()>>,
+    fired: Arc<AtomicBool>,
+}
+
+impl StopTimer {
+    pub fn start(after: std::time::Duration, flag: &'static AtomicBool) -> Result<StopTimer> {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let fired = Arc::new(AtomicBool::new(false));
+        let f = fired.clone();
+        std::thread::Builder::new()
+            .name("time-limit".into())
+            .spawn(move || {
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(after) {
+                    f.store(true, Ordering::SeqCst);
+                    flag.store(true, Ordering::SeqCst);
+                }
+            })
+            .context("starting the time limit's thread")?;
+        Ok(StopTimer { tx: Some(tx), fired })
+    }
+
+    /// The time ran out (and the flag was raised by this timer).
+    pub fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for StopTimer {
+    fn drop(&mut self) {
+        self.tx.take(); // the channel closes: the thread ends without raising the flag
     }
 }
 

@@ -2,6 +2,7 @@
 //! `cancel`, the benchmark): plain serializable views instead of prost types, and
 //! a watch that outlives a coordinator restart by reconnecting.
 
+use super::coordinator::job::TABLES_TIME_LIMIT;
 use super::net::{CoordinatorRpc, NetConfig, Retry};
 use super::proto::*;
 use super::{ClusterError, PROTOCOL_VERSION};
@@ -207,6 +208,28 @@ fn job_view(s: &JobStatus) -> JobView {
     }
 }
 
+/// How the cluster builds a database.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TableOptions {
+    /// The largest k, or `None` for the k a solve of the level would choose.
+    pub k: Option<u32>,
+    /// Partitions (0: the coordinator's default).
+    pub partitions: u32,
+    /// Time limit in seconds (0: none).
+    pub timeout: f64,
+}
+
+/// A database the cluster built (`deadlocks build --coordinator`).
+pub struct BuiltTables {
+    /// The .kdb file's bytes.
+    pub kdb: Vec<u8>,
+    /// Per k finished, the figures of its game.
+    pub stats: Vec<KStats>,
+    /// The job's note when its time limit stopped the build: the file holds
+    /// the k finished before it.
+    pub cut_short: Option<String>,
+}
+
 /// A connection to a coordinator.
 pub struct Client {
     rpc: CoordinatorRpc,
@@ -309,17 +332,21 @@ impl Client {
         level_text: &str,
         title: &str,
         index: u32,
-        k: Option<u32>,
-        partitions: u32,
+        how: TableOptions,
         on_update: impl FnMut(&JobView),
-    ) -> Result<(Vec<u8>, Vec<KStats>), ClusterError> {
+    ) -> Result<BuiltTables, ClusterError> {
         let req = SubmitRequest {
             protocol_version: PROTOCOL_VERSION,
             kind: JobKind::Deadlocks as i32,
             level_text: level_text.to_string(),
             title: title.to_string(),
             index,
-            options: Some(JobOptions { partitions, kpg: k, ..Default::default() }),
+            options: Some(JobOptions {
+                partitions: how.partitions,
+                kpg: how.k,
+                timeout: how.timeout,
+                ..Default::default()
+            }),
         };
         let id = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?.into_inner().job_id;
         let v = self.watch(id, Duration::from_secs(300), on_update).await?;
@@ -344,7 +371,8 @@ impl Client {
                 seconds: s.seconds,
             })
             .collect();
-        Ok((r.kdb, stats))
+        let cut_short = v.message.starts_with(TABLES_TIME_LIMIT).then(|| v.message.clone());
+        Ok(BuiltTables { kdb: r.kdb, stats, cut_short })
     }
 
     pub async fn cancel(&mut self, id: u64) -> Result<String, ClusterError> {

@@ -1269,6 +1269,21 @@ fn k_pg_tables_built_on_the_cluster_match_local_ones_and_jobs_use_them() {
 }
 
 #[test]
+fn a_cluster_database_build_stopped_by_its_time_limit_keeps_the_k_it_finished() {
+    let mut c = Cluster::start(&["--min-workers", "1"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let db = c.dir.path().join("x24.kdb");
+    let args = crate::kpg::cut_build(&db);
+    let o = c.cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    crate::kpg::check_cut_build(&o, &db);
+    let st = c.status();
+    let j = st["jobs"].as_array().unwrap().last().unwrap();
+    assert_eq!(j["state"], "finished", "{j}");
+    assert!(j["message"].as_str().unwrap().starts_with("stopped by the time limit"), "{j}");
+}
+
+#[test]
 fn a_k_game_at_the_box_count_on_the_cluster_is_played_without_move_pruning() {
     // Microban I #10 has three boxes, so its 3-game is the whole level. Workers
     // once took a k-game with k at the box count for the level's own search and

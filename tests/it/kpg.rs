@@ -167,6 +167,35 @@ fn deadlocks_build_without_k_builds_the_tables_a_solve_would() {
     assert_eq!((&reused["pushes"], &reused["kpg"]), (&solved["pushes"], &solved["kpg"]), "{reused}");
 }
 
+/// `deadlocks build` of XSokoban #24 up to k = 4 with a time limit of 3 s: its
+/// k = 1 to 3 take about 0.35 s here, its 4-box game over 9 s.
+pub fn cut_build(db: &std::path::Path) -> Vec<String> {
+    let file = repo("levels/XSokoban_90.xsb");
+    let args = ["deadlocks", "build", file.to_str().unwrap(), "--level", "24", "--k", "4", "--timeout", "3", "-o"];
+    args.iter().map(|a| a.to_string()).chain([db.to_str().unwrap().to_string()]).collect()
+}
+
+/// Checks a build of [`cut_build`] that wrote `db`: exit 1, the time limit
+/// named, the tables of k = 1 to 3 in the file.
+pub fn check_cut_build(o: &std::process::Output, db: &std::path::Path) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("stopped by the time limit") && err.contains("k = 1..3"), "{err}");
+    let show = sokoshard(&["deadlocks", "show", db.to_str().unwrap()]);
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(show.contains("k=3 forward") && !show.contains("k=4"), "{show}");
+}
+
+#[test]
+fn deadlocks_build_stopped_by_its_time_limit_writes_the_k_it_finished() {
+    // `deadlocks build` had no time limit, and a Ctrl-C lost every k finished
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x24.kdb");
+    let o = Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(cut_build(&db)).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("in the 4-box game"));
+    check_cut_build(&o, &db);
+}
+
 #[test]
 fn deadlock_database_build_show_and_reuse() {
     let dir = tempfile::tempdir().unwrap();

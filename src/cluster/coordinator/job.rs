@@ -28,6 +28,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Handle;
 
+/// How a database job's note begins when its time limit cut the build short
+/// (the client reads it to say so and exit 1).
+pub const TABLES_TIME_LIMIT: &str = "stopped by the time limit";
+
 /// Runs job `id` to its end (or until the coordinator stops), recording the
 /// outcome in the job table and log. The solve itself is the one driver's
 /// ([`crate::engine::driver::solve`]) on a [`ClusterDeployment`].
@@ -56,15 +60,31 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
     if rec.kind == Kind::Deadlocks {
         // no k: the tables a solve of this level would build for itself
         let choice = rec.options.kpg.map_or(KChoice::Auto, |k| KChoice::UpTo((k as usize).min(MAX_K)));
+        // the time limit raises the stop flag, as a cancel does, and says so
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let timer = (rec.options.timeout > 0.0).then(|| {
+            let (stop, timed_out) = (stop.clone(), timed_out.clone());
+            let left = Duration::from_secs_f64((rec.options.timeout - rec.seconds).max(0.0));
+            rt.spawn(async move {
+                tokio::time::sleep(left).await;
+                timed_out.store(true, Ordering::SeqCst);
+                stop.store(true, Ordering::SeqCst);
+            })
+        });
         let built = deployment.build_tables(&board, choice, &stop, &NoProgress);
+        if let Some(t) = timer {
+            t.abort();
+        }
         sh.set_running(id, false);
+        let built_to = |stats: &[KStats]| format!("k-PG tables built for k = 1..{}", stats.last().map_or(0, |s| s.k));
         let (state, msg) = match (cancelled.load(Ordering::SeqCst), built) {
             (true, _) => (State::Cancelled, "cancelled".to_string()),
             (false, Err(e)) => return (fail(cluster_error(e).to_string()), unload_all(sh, id, rt)).1,
-            (false, Ok(None)) => (State::Failed, "stopped by its timeout before the tables were complete".to_string()),
-            (false, Ok(Some((_, stats)))) => {
-                (State::Finished, format!("k-PG tables built for k = 1..{}", stats.last().map_or(0, |s| s.k)))
+            (false, Ok(None)) => (State::Failed, format!("{TABLES_TIME_LIMIT} before the 1-box game was finished")),
+            (false, Ok(Some((_, stats)))) if timed_out.load(Ordering::SeqCst) => {
+                (State::Finished, format!("{TABLES_TIME_LIMIT}: {}", built_to(&stats)))
             }
+            (false, Ok(Some((_, stats)))) => (State::Finished, built_to(&stats)),
         };
         let _ = sh.update(id, true, |r| {
             r.state = state;
@@ -171,8 +191,10 @@ impl Deployment for ClusterDeployment<'_> {
             .sh
             .record(self.id)
             .is_some_and(|r| r.kind == Kind::Deadlocks || (!r.options.no_bound && !r.options.no_pair_penalties));
+        // a database's build stopped by its time limit keeps the k finished
+        let database = self.sh.record(self.id).is_some_and(|r| r.kind == Kind::Deadlocks);
         let Some(JobTables { bytes, stats, seconds: secs, reused }) =
-            tables_for(&self.sh, self.id, &self.rt, board, choice, pairs, self.stop).map_err(engine_error)?
+            tables_for(&self.sh, self.id, &self.rt, board, choice, pairs, self.stop, database).map_err(engine_error)?
         else {
             return Ok(None);
         };

@@ -53,7 +53,10 @@ pub(super) struct JobTables {
 /// The job's k-PG tables as a .kdb database and the statistics of their
 /// build: the saved ones after a coordinator restart if they are what
 /// `choice` builds, or built now by playing every k-game on the cluster (the
-/// same `exhaust` loop, over the workers). `None` when stopped part way.
+/// same `exhaust` loop, over the workers). `None` when stopped part way,
+/// unless `keep_finished`: then the tables of every k finished by then (none
+/// finished is still `None`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn tables_for(
     sh: &Arc<Shared>,
     id: u64,
@@ -62,6 +65,7 @@ pub(super) fn tables_for(
     choice: KChoice,
     pairs: bool,
     stop: &AtomicBool,
+    keep_finished: bool,
 ) -> Result<Option<JobTables>, ClusterError> {
     let rec = sh.record(id).ok_or_else(|| ClusterError::NotFound(format!("job {id}")))?;
     let path = tables_path(sh, id);
@@ -76,7 +80,7 @@ pub(super) fn tables_for(
         }
     }
     let started = Instant::now();
-    let mut explore = |problem: &Problem<u64>, tables: &DeadlockTables, side: Side, seeds: &[u64]| {
+    let play = |problem: &Problem<u64>, tables: &DeadlockTables, side: Side, seeds: &[u64]| {
         let k = problem.space.boxes;
         let bytes = if tables.tables.is_empty() { Vec::new() } else { kdb::encode(tables, &rec.level_text) };
         let phase =
@@ -91,8 +95,15 @@ pub(super) fn tables_for(
         }
         b.collect(side).map_err(engine_error)
     };
+    // a stop reaches the workers' calls as an error: the game was cut short
+    let mut explore = |problem: &Problem<u64>, tables: &DeadlockTables, side: Side, seeds: &[u64]| match play(
+        problem, tables, side, seeds,
+    ) {
+        Err(_) if stop.load(Ordering::SeqCst) => Ok(None),
+        other => other,
+    };
     let (tables, stats) = build_tables_with(board.clone(), choice, &NoProgress, &mut explore).map_err(cluster_error)?;
-    if stop.load(Ordering::SeqCst) {
+    if stop.load(Ordering::SeqCst) && (!keep_finished || tables.tables.is_empty()) {
         return Ok(None);
     }
     // the bounded search's pair penalties travel with the patterns, so that
