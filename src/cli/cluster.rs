@@ -256,7 +256,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<ExitCode> {
         Some(s) => parse_size(s).map_err(|e| anyhow::anyhow!("--mem: {e}"))?,
         None => default_budget(),
     };
-    let threads = super::threads(a.threads)?;
+    let threads = super::threads(a.threads, true)?;
     // a worker always runs under its memory budget
     sokoshard::sys::release_large_frees(threads);
     rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().context("starting worker threads")?;
@@ -435,7 +435,9 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
                     }
                 },
                 Err(e) => {
-                    unprinted = print_level(t.index, &t.title, None, Some(&e.to_string()), a.json).err();
+                    // following it failed, not the job: say which job to look up
+                    let msg = format!("job {id}: {e}; the job itself may still run (`sokoshard status` shows it)");
+                    unprinted = print_level(t.index, &t.title, None, Some(&msg), a.json).err();
                     statuses.push(None);
                 }
             }

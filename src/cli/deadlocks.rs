@@ -94,7 +94,7 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
         anyhow::ensure!((1..=MAX_K).contains(&k), "--k must be between 1 and {MAX_K}");
     }
     // the flags first, then the files
-    let threads = super::threads(args.threads)?;
+    let threads = super::threads(args.threads, false)?;
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
     let level = args.select.pick(&all, &source)?.parse()?;

@@ -203,16 +203,19 @@ impl Drop for StopTimer {
 }
 
 /// The worker threads for `--threads`: all cores when not given; zero or more
-/// than [`MAX_THREADS`] is an error, more than the cores a warning.
-pub fn threads(asked: Option<usize>) -> Result<usize> {
+/// than [`MAX_THREADS`] is an error, more than the cores a warning (a line of
+/// the log for a node, `warning: ...` on stderr for a command).
+pub fn threads(asked: Option<usize>, node: bool) -> Result<usize> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let Some(n) = asked else { return Ok(cores) };
     anyhow::ensure!(
         (1..=MAX_THREADS).contains(&n),
         "--threads {n}: must be between 1 and {MAX_THREADS} (this machine has {cores} cores)"
     );
-    if n > cores {
+    if n > cores && node {
         tracing::warn!(threads = n, cores, "more threads than cores: the extra ones only take turns");
+    } else if n > cores {
+        errln!("warning: --threads {n} is more than this machine's {cores} cores: the extra threads only take turns");
     }
     Ok(n)
 }

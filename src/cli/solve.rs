@@ -168,7 +168,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(dir) = &args.spill_dir {
         check_spill_base(dir)?;
     }
-    let threads = super::threads(args.threads)?;
+    let threads = super::threads(args.threads, false)?;
     if args.mem.is_some() || args.spill_dir.is_some() {
         sokoshard::sys::release_large_frees(threads);
     }

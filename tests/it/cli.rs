@@ -627,6 +627,18 @@ fn thread_counts_past_any_machine_are_refused_before_starting_them() {
 }
 
 #[test]
+fn more_threads_than_cores_is_a_warning_line_not_a_log_record() {
+    // the warning came as a timestamped tracing record among a command's output
+    let file = repo(MICROBAN);
+    let n = (std::thread::available_parallelism().map_or(1, |n| n.get()) + 1).to_string();
+    let o = sokoshard(&["solve", file.to_str().unwrap(), "--level", "1", "--threads", &n]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.lines().any(|l| l.starts_with(&format!("warning: --threads {n} is more than"))), "{err}");
+    assert!(!err.contains("WARN"), "{err}");
+}
+
+#[test]
 fn a_token_no_client_could_send_is_refused_when_a_node_starts() {
     // a token read from a file with its newline: the coordinator ran, and no
     // worker or client could ever reach it

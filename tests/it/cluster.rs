@@ -701,6 +701,23 @@ fn ctrl_c_on_submit_cancels_the_job_and_prints_it() {
     assert!(layers_done(&job(&st, id)) < 23, "cancelled before its 23 layers: {st}");
 }
 
+#[test]
+fn a_submit_that_loses_its_coordinator_names_the_job_to_look_up() {
+    // past --reconnect-timeout the level's error gave the connection's
+    // failure alone, not the job that may still be running
+    let mut c = Cluster::start(&["--min-workers", "1", "--layer-delay-ms", "250"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let client = follow_level(&c, 3, &["--reconnect-timeout", "1"]);
+    c.wait_for("a few layers", 60, |st| layers_done(&job(st, 1)) >= 3 && job(st, 1)["state"] == "running");
+    c.coordinator.kill();
+    let out = client.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let g: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reason = g["reason"].as_str().unwrap_or_default();
+    assert!(g["status"] == "error" && reason.starts_with("job 1: ") && reason.contains("sokoshard status"), "{g}");
+}
+
 /// Runs Microban I #3 (23 layers) on three workers, kills worker 1 a third of
 /// the way, lets `replace` delete its data and start a worker in its place,
 /// and checks that the job finishes with local mode's answer after rebuilding
