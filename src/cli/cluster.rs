@@ -247,6 +247,9 @@ pub fn run_coordinator(a: CoordinatorArgs) -> Result<ExitCode> {
         moves_delay: Duration::from_millis(a.moves_delay_ms),
         mem: a.mem.as_deref().map(parse_size).transpose().map_err(|e| anyhow::anyhow!("--mem: {e}"))?,
     };
+    if let Some(m) = cfg.mem {
+        super::check_mem(m, true);
+    }
     runtime()?.block_on(sokoshard::cluster::coordinator::serve(cfg))?;
     Ok(ExitCode::from(EXIT_OK))
 }
@@ -256,6 +259,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<ExitCode> {
         Some(s) => parse_size(s).map_err(|e| anyhow::anyhow!("--mem: {e}"))?,
         None => default_budget(),
     };
+    super::check_mem(mem, true);
     let threads = super::threads(a.threads, true)?;
     // a worker always runs under its memory budget
     sokoshard::sys::release_large_frees(threads);

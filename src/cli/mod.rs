@@ -220,6 +220,23 @@ pub fn threads(asked: Option<usize>, node: bool) -> Result<usize> {
     Ok(n)
 }
 
+/// Warns of a `--mem` budget above the machine's memory: the store would not
+/// spill before the system ran out (a line of the log for a node, `warning:
+/// ...` on stderr for a command).
+pub fn check_mem(budget: u64, node: bool) {
+    let Some(total) = sokoshard::sys::total_memory_bytes().filter(|&t| budget > t) else { return };
+    let (mem, machine) = (sokoshard::sys::human_bytes(budget), sokoshard::sys::human_bytes(total));
+    if node {
+        tracing::warn!(
+            mem,
+            machine,
+            "--mem is more than this machine's memory: the store may run out before it spills"
+        );
+    } else {
+        errln!("warning: --mem {mem} is more than this machine's {machine} of memory: the search may run out of memory before it spills to disk");
+    }
+}
+
 /// Writes a file the user asked for, whole or not at all
 /// ([`files::write_whole`](sokoshard::storage::files::write_whole)).
 pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {

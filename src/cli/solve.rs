@@ -169,6 +169,9 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         check_spill_base(dir)?;
     }
     let threads = super::threads(args.threads, false)?;
+    if let Some(m) = args.mem {
+        super::check_mem(m, false);
+    }
     if args.mem.is_some() || args.spill_dir.is_some() {
         sokoshard::sys::release_large_frees(threads);
     }

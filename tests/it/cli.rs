@@ -627,8 +627,10 @@ fn thread_counts_past_any_machine_are_refused_before_starting_them() {
 }
 
 #[test]
-fn more_threads_than_cores_is_a_warning_line_not_a_log_record() {
-    // the warning came as a timestamped tracing record among a command's output
+fn more_threads_than_cores_or_memory_than_the_machine_are_warned_of_in_a_line() {
+    // the threads' warning came as a timestamped tracing record among a
+    // command's output, and a --mem past the machine's memory said nothing
+    // (the store would never spill before the system ran out)
     let file = repo(MICROBAN);
     let n = (std::thread::available_parallelism().map_or(1, |n| n.get()) + 1).to_string();
     let o = sokoshard(&["solve", file.to_str().unwrap(), "--level", "1", "--threads", &n]);
@@ -636,6 +638,9 @@ fn more_threads_than_cores_is_a_warning_line_not_a_log_record() {
     let err = stderr(&o);
     assert!(err.lines().any(|l| l.starts_with(&format!("warning: --threads {n} is more than"))), "{err}");
     assert!(!err.contains("WARN"), "{err}");
+    let o = sokoshard(&["solve", file.to_str().unwrap(), "--level", "1", "--mem", "900T"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).starts_with("warning: --mem 900.0 TiB is more than this machine's"), "{}", stderr(&o));
 }
 
 #[test]
