@@ -273,9 +273,15 @@ pub fn run_worker(a: WorkerArgs) -> Result<ExitCode> {
         net: a.net.config()?,
         metrics: a.metrics,
     };
-    runtime()?.block_on(sokoshard::cluster::worker::serve(cfg))?;
+    // Ctrl-C, SIGTERM (a container stopped) or SIGHUP: leave the cluster
+    // cleanly instead of being taken for lost
+    super::on_stop_signals(super::StopOn::InterruptTermAndHangUp, || WORKER_STOP.notify_one());
+    runtime()?.block_on(sokoshard::cluster::worker::serve(cfg, WORKER_STOP.notified()))?;
     Ok(ExitCode::from(EXIT_OK))
 }
+
+/// Woken by a stop signal to a worker.
+static WORKER_STOP: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// Woken by the Ctrl-C handler after it sets [`INTERRUPTED`].

@@ -537,6 +537,31 @@ fn time_queued_for_workers_is_neither_a_jobs_seconds_nor_spent_of_its_limit() {
 }
 
 #[test]
+fn a_worker_stopped_cleanly_leaves_and_a_lost_one_is_forgotten_after_the_resume_timeout() {
+    // a worker stopped with SIGTERM was logged as lost, and every worker ever
+    // seen stayed in `status` for as long as the coordinator ran
+    let mut c = Cluster::start(&["--heartbeat-timeout", "0.6", "--resume-timeout", "1"], &[]);
+    c.start_worker(0);
+    c.start_worker(1);
+    c.wait_workers(2);
+    let pid = c.workers[0].child.as_ref().unwrap().id();
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    let status = c.workers[0].child.as_mut().unwrap().wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", c.logs());
+    let st = c.wait_for("one worker listed", 10, |st| st["workers"].as_array().unwrap().len() == 1);
+    assert_eq!(st["workers"][0]["alive"], true, "{st}");
+    let worker_log = std::fs::read_to_string(&c.workers[0].log).unwrap();
+    assert!(worker_log.contains("left the cluster"), "{worker_log}");
+    // worker 1 killed outright: lost, then forgotten
+    c.workers[1].kill();
+    c.wait_for("no worker listed", 20, |st| st["workers"].as_array().unwrap().is_empty());
+    let log = std::fs::read_to_string(&c.coordinator.log).unwrap();
+    let lost: Vec<&str> = log.lines().filter(|l| l.contains("worker lost")).collect();
+    assert_eq!(lost.len(), 1, "only the killed worker was lost:\n{log}");
+    assert!(log.contains("worker left the cluster") && log.contains("lost worker forgotten"), "{log}");
+}
+
+#[test]
 fn a_second_node_on_a_data_dir_in_use_is_refused() {
     // a second worker on one data dir joined with the same node id and both
     // wrote the same checkpoint; a second coordinator shared one job log

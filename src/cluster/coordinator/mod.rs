@@ -89,7 +89,6 @@ struct WorkerEntry {
     address: String,
     incarnation: u64,
     last_seen: Instant,
-    left: bool,
     memory: u64,
     cores: u32,
     data_dir: String,
@@ -97,14 +96,15 @@ struct WorkerEntry {
 }
 
 impl WorkerEntry {
-    /// Still in the cluster and heard from within `timeout`.
+    /// Heard from within `timeout`.
     fn alive(&self, timeout: Duration) -> bool {
-        !self.left && self.last_seen.elapsed() < timeout
+        self.last_seen.elapsed() < timeout
     }
 
-    /// Still in the cluster but not heard from within `timeout`.
+    /// Not heard from within `timeout` (a worker that left is no longer
+    /// listed at all).
     fn lost(&self, timeout: Duration) -> bool {
-        !self.left && self.last_seen.elapsed() >= timeout
+        self.last_seen.elapsed() >= timeout
     }
 }
 
@@ -521,7 +521,6 @@ impl Coordinator for CoordinatorService {
                 address: r.address,
                 incarnation: r.incarnation,
                 last_seen: Instant::now(),
-                left: false,
                 memory: r.memory_bytes,
                 cores: r.cores,
                 data_dir: r.data_dir,
@@ -541,7 +540,7 @@ impl Coordinator for CoordinatorService {
         let mut ws = self.sh.lock_workers();
         let mut back = false;
         let known = match ws.get_mut(&r.node_id) {
-            Some(w) if w.incarnation == r.incarnation && !w.left => {
+            Some(w) if w.incarnation == r.incarnation => {
                 // a worker counted as lost that heartbeats again is back
                 back = w.lost(self.sh.cfg.heartbeat_timeout);
                 w.last_seen = Instant::now();
@@ -562,10 +561,13 @@ impl Coordinator for CoordinatorService {
 
     async fn leave(&self, req: Request<LeaveRequest>) -> R<LeaveReply> {
         let r = req.into_inner();
-        if let Some(w) = self.sh.lock_workers().get_mut(&r.node_id) {
-            if w.incarnation == r.incarnation {
-                w.left = true;
-                tracing::info!(node = %r.node_id, "worker left");
+        {
+            // a worker that stopped cleanly is forgotten, not counted as lost;
+            // a job that had partitions on it waits for it as for a lost one
+            let mut ws = self.sh.lock_workers();
+            if ws.get(&r.node_id).is_some_and(|w| w.incarnation == r.incarnation) {
+                ws.remove(&r.node_id);
+                tracing::info!(node = %r.node_id, "worker left the cluster");
             }
         }
         self.sh.changed();
@@ -772,18 +774,31 @@ pub async fn serve(cfg: CoordinatorConfig) -> Result<(), ClusterError> {
 }
 
 /// Counts a worker as lost the moment its heartbeat is overdue, and tells the
-/// waiters: it sleeps until the earliest time a live worker can become
-/// overdue, or until the cluster changes, whichever comes first.
+/// waiters; forgets a worker lost for longer than the resume timeout (no job
+/// waits for it any more: `status` stops listing it, and it joins anew if it
+/// comes back). It sleeps until the earliest time a worker can become overdue
+/// or forgotten, or until the cluster changes, whichever comes first.
 async fn watch_heartbeats(sh: Arc<Shared>) {
     let mut lost: std::collections::BTreeSet<String> = Default::default();
     loop {
         let seen = sh.changes_seen();
         let timeout = sh.cfg.heartbeat_timeout;
+        let forget_after = timeout + sh.cfg.resume_timeout;
         let (now_lost, next) = {
-            let ws = sh.lock_workers();
+            let mut ws = sh.lock_workers();
+            ws.retain(|id, w| {
+                let keep = w.last_seen.elapsed() < forget_after;
+                if !keep {
+                    tracing::info!(node = %id, address = %w.address, "lost worker forgotten: gone past the resume timeout");
+                }
+                keep
+            });
             let now_lost: std::collections::BTreeSet<String> =
                 ws.iter().filter(|(_, w)| w.lost(timeout)).map(|(id, _)| id.clone()).collect();
-            let next = ws.values().filter(|w| w.alive(timeout)).map(|w| w.last_seen + timeout).min();
+            let next = ws
+                .values()
+                .map(|w| if w.alive(timeout) { w.last_seen + timeout } else { w.last_seen + forget_after })
+                .min();
             (now_lost, next)
         };
         if now_lost != lost {

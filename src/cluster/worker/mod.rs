@@ -520,9 +520,11 @@ impl Worker for WorkerService {
     }
 }
 
-/// Runs a worker until the process ends: serves the worker API on `listen` and
-/// keeps itself joined to the coordinator.
-pub async fn serve(cfg: WorkerConfig) -> Result<(), ClusterError> {
+/// Runs a worker: serves the worker API on `listen` and keeps itself joined
+/// to the coordinator, until `shutdown` completes (then it tells the
+/// coordinator it leaves, so that it is not taken for lost) or the
+/// coordinator refuses it for good.
+pub async fn serve(cfg: WorkerConfig, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ClusterError> {
     // held until the worker ends: one process per checkpoint and node id
     let _lock = crate::cluster::persist::lock_data_dir(&cfg.data_dir, "worker")?;
     let node = node_id(&cfg.data_dir)?;
@@ -556,9 +558,29 @@ pub async fn serve(cfg: WorkerConfig) -> Result<(), ClusterError> {
     let server =
         builder.serve_with_incoming(svc.clone().server(&cfg.net.token), crate::cluster::net::incoming(listener));
     // the heartbeat ends only when the coordinator refuses this worker for good
+    let incarnation = svc.incarnation();
     tokio::select! {
         r = server => r.map_err(ClusterError::from),
-        refused = heartbeat_loop(svc, cfg.clone(), node, advertise) => Err(refused),
+        refused = heartbeat_loop(svc, cfg.clone(), node.clone(), advertise) => Err(refused),
+        () = shutdown => {
+            leave(&cfg, node, incarnation).await;
+            Ok(())
+        }
+    }
+}
+
+/// Tells the coordinator this worker leaves (within a few seconds; a
+/// coordinator that cannot be told counts the worker lost, as before).
+async fn leave(cfg: &WorkerConfig, node_id: String, incarnation: u64) {
+    let said = async {
+        let mut client = cfg.net.coordinator_client(&cfg.join)?;
+        client.leave(LeaveRequest { node_id, incarnation }).await.map_err(|s| rpc_err("leaving", &cfg.join, s))?;
+        Ok::<(), ClusterError>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(3), said).await {
+        Ok(Ok(())) => tracing::info!(coordinator = %cfg.join, "stopping: left the cluster"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "stopping: the coordinator was not told"),
+        Err(_) => tracing::warn!(coordinator = %cfg.join, "stopping: the coordinator did not answer within 3 s"),
     }
 }
 
