@@ -368,42 +368,57 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
     rt.block_on(async move {
         let mut client = Client::new(&net, &a.coordinator)?;
         let mut ids = Vec::new();
-        let mut bad = 0;
+        // per level picked, in order: its job (an index into `ids`), or why
+        // it was not submitted (printed in its place among the results)
+        let mut order: Vec<Result<usize, (&sokoshard::model::level::LevelText, String)>> = Vec::new();
         for t in &picked {
-            // a level that does not parse is reported here, as `solve` does
             match t.parse() {
                 Ok(level) => {
                     let id = client.submit(&level.to_xsb(), &t.title, t.index as u32, &opts).await?;
+                    order.push(Ok(ids.len()));
                     ids.push((id, *t, level));
                 }
-                Err(e) => {
-                    print_level(t.index, &t.title, None, Some(&e.to_string()), a.json)?;
-                    bad += 1;
-                }
+                Err(e) => order.push(Err((*t, e.to_string()))),
             }
         }
         if a.detach {
-            for (id, t, _) in &ids {
-                if a.json {
-                    outln!("{}", serde_json::json!({ "job": id, "level": t.index, "title": t.title }))?;
-                } else {
-                    outln!("job {id}: level {} ({})", t.index, t.title)?;
+            for entry in &order {
+                match entry {
+                    Ok(i) => {
+                        let (id, t, _) = &ids[*i];
+                        if a.json {
+                            outln!("{}", serde_json::json!({ "job": id, "level": t.index, "title": t.title }))?;
+                        } else {
+                            outln!("job {id}: level {} ({})", t.index, t.title)?;
+                        }
+                    }
+                    Err((t, e)) => print_level(t.index, &t.title, None, Some(e), a.json)?,
                 }
             }
             // a broken level was not submitted: the run is not a clean one
-            return Ok(ExitCode::from(if bad > 0 { EXIT_BAD_INPUT } else { EXIT_OK }));
+            let bad = order.iter().any(|e| e.is_err());
+            return Ok(ExitCode::from(if bad { EXIT_BAD_INPUT } else { EXIT_OK }));
         }
         let started = Instant::now();
-        let mut statuses: Vec<Option<Status>> = vec![None; bad];
+        let mut statuses: Vec<Option<Status>> = Vec::new();
         let cancel_sent = Arc::new(AtomicBool::new(false));
         let mut replays = Vec::new();
         // a failed write to stdout (its reader gone, a full disk) stops the
         // watching, not the jobs, after the page asked for is written
         let mut unprinted = None;
-        for (id, t, level) in &ids {
+        for entry in &order {
             if unprinted.is_some() {
                 break;
             }
+            let (id, t, level) = match entry {
+                Ok(i) => &ids[*i],
+                Err((t, e)) => {
+                    // a level that does not parse is reported in its place, as `solve` does
+                    unprinted = print_level(t.index, &t.title, None, Some(e), a.json).err();
+                    statuses.push(None);
+                    continue;
+                }
+            };
             let bar = spinner(format!("level {} ({})", t.index, t.title));
             let mut canceller = Client::new(&net, &a.coordinator)?;
             let sent = cancel_sent.clone();

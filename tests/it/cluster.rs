@@ -562,6 +562,25 @@ fn a_worker_stopped_cleanly_leaves_and_a_lost_one_is_forgotten_after_the_resume_
 }
 
 #[test]
+fn submit_reports_a_broken_level_in_its_place_among_the_results() {
+    // the broken level's error came first, before the results of the levels
+    // listed ahead of it
+    let mut c = Cluster::start(&["--min-workers", "1"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let file = c.dir.path().join("mixed.xsb");
+    let text = "; one\n#####\n#@$.#\n#####\n; two\n######\n#@$$.#\n######\n; three\n######\n#@$ .#\n######\n";
+    std::fs::write(&file, text).unwrap();
+    let o = c.cli(&["submit", file.to_str().unwrap(), "--all", "--json"]);
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let got: Vec<(u64, &str)> =
+        lines.iter().map(|l| (l["level"].as_u64().unwrap(), l["status"].as_str().unwrap())).collect();
+    assert_eq!(got, [(1, "solved"), (2, "error"), (3, "solved")], "{}", String::from_utf8_lossy(&o.stderr));
+    assert_ne!(o.status.code(), Some(0));
+}
+
+#[test]
 fn a_second_node_on_a_data_dir_in_use_is_refused() {
     // a second worker on one data dir joined with the same node id and both
     // wrote the same checkpoint; a second coordinator shared one job log
