@@ -236,6 +236,18 @@ pub struct Client {
     addr: String,
 }
 
+/// How long a client waits for a coordinator's answer to a short call (not
+/// a watch): a peer that accepted the connection and says nothing (no
+/// sokoshard node, or a hung one) is an error then, not a wait.
+pub const ANSWER_LIMIT: Duration = Duration::from_secs(10);
+
+/// A short call's request, with its answer limit.
+fn brief<T>(message: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    r.set_timeout(ANSWER_LIMIT);
+    r
+}
+
 fn status_err(what: &str, addr: &str, s: tonic::Status) -> ClusterError {
     super::net::rpc_err(what, addr, s)
 }
@@ -275,7 +287,7 @@ impl Client {
                 triples: o.triples,
             }),
         };
-        let r = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?;
+        let r = self.rpc.submit(brief(req)).await.map_err(|s| status_err("submitting", &self.addr, s))?;
         Ok(r.into_inner().job_id)
     }
 
@@ -348,14 +360,15 @@ impl Client {
                 ..Default::default()
             }),
         };
-        let id = self.rpc.submit(req).await.map_err(|s| status_err("submitting", &self.addr, s))?.into_inner().job_id;
+        let id =
+            self.rpc.submit(brief(req)).await.map_err(|s| status_err("submitting", &self.addr, s))?.into_inner().job_id;
         let v = self.watch(id, Duration::from_secs(300), on_update).await?;
         if v.state != "finished" {
             return Err(ClusterError::FailedPrecondition(format!("job {id} {}: {}", v.state, v.message)));
         }
         let r = self
             .rpc
-            .fetch_tables(FetchTablesRequest { job_id: id })
+            .fetch_tables(brief(FetchTablesRequest { job_id: id }))
             .await
             .map_err(|s| status_err("fetching the tables", &self.addr, s))?
             .into_inner();
@@ -376,13 +389,20 @@ impl Client {
     }
 
     pub async fn cancel(&mut self, id: u64) -> Result<String, ClusterError> {
-        let r =
-            self.rpc.cancel(CancelRequest { job_id: id }).await.map_err(|s| status_err("cancelling", &self.addr, s))?;
+        let r = self
+            .rpc
+            .cancel(brief(CancelRequest { job_id: id }))
+            .await
+            .map_err(|s| status_err("cancelling", &self.addr, s))?;
         Ok(state_name(r.into_inner().state).into())
     }
 
     pub async fn jobs(&mut self) -> Result<Vec<JobView>, ClusterError> {
-        let r = self.rpc.list_jobs(ListJobsRequest {}).await.map_err(|s| status_err("listing jobs", &self.addr, s))?;
+        let r = self
+            .rpc
+            .list_jobs(brief(ListJobsRequest {}))
+            .await
+            .map_err(|s| status_err("listing jobs", &self.addr, s))?;
         let mut jobs: Vec<JobView> = r.into_inner().jobs.iter().map(job_view).collect();
         jobs.sort_by_key(|j| j.id);
         let mut place = 0;
@@ -396,7 +416,7 @@ impl Client {
     pub async fn workers(&mut self) -> Result<Vec<WorkerView>, ClusterError> {
         let r = self
             .rpc
-            .list_workers(ListWorkersRequest {})
+            .list_workers(brief(ListWorkersRequest {}))
             .await
             .map_err(|s| status_err("listing workers", &self.addr, s))?;
         Ok(r.into_inner()
@@ -448,7 +468,7 @@ pub async fn health(net: &NetConfig, addr: &str, worker: bool, limit: Duration) 
         Ok(format!("worker {} (protocol {})", r.node_id, r.protocol_version))
     } else {
         let mut c = net.coordinator_client(addr).map_err(|e| e.to_string())?;
-        let r = tokio::time::timeout(limit, c.list_workers(ListWorkersRequest {}))
+        let r = tokio::time::timeout(limit, c.list_workers(brief(ListWorkersRequest {})))
             .await
             .map_err(|_| late())?
             .map_err(refused)?

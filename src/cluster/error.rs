@@ -31,7 +31,7 @@ pub enum ClusterError {
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// An RPC to `addr` failed with `status`.
-    #[error("{what} ({addr}): {}: {}{}", .status.code(), .status.message(), tls_hint(.status.message()))]
+    #[error("{what} ({addr}): {}: {}{}", .status.code(), .status.message(), hint(.status))]
     Rpc { what: String, addr: String, status: Status },
     #[error("cancelled")]
     Cancelled,
@@ -54,6 +54,21 @@ pub enum ClusterError {
 
 /// What to do about a TLS failure that rustls names in `message` (its names are
 /// precise but say nothing of the flags that fix them); empty for other errors.
+/// What a transport-level failure most likely means, for the user.
+fn hint(status: &Status) -> &'static str {
+    let message = status.message();
+    let not_grpc =
+        message.contains("http2 error") || message.contains("h2 protocol error") || message == "transport error";
+    // a client's own time limit ends the call as cancelled, "Timeout expired"
+    if status.code() == Code::DeadlineExceeded || message == "Timeout expired" {
+        "; no answer in time: is the address a sokoshard node, and is it up (not hung)?"
+    } else if not_grpc && !message.contains("invalid peer certificate") {
+        "; the peer does not answer as a sokoshard node (gRPC over HTTP/2): a wrong address or port, or TLS on one side only?"
+    } else {
+        tls_hint(message)
+    }
+}
+
 fn tls_hint(message: &str) -> &'static str {
     if !message.contains("invalid peer certificate") {
         ""

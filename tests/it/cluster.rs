@@ -581,6 +581,44 @@ fn submit_reports_a_broken_level_in_its_place_among_the_results() {
 }
 
 #[test]
+fn a_peer_that_is_no_sokoshard_node_is_named_as_such_and_a_silent_one_times_out() {
+    // a peer that accepted the connection and said nothing held `status` for
+    // 15 s and then said "http2 error"; one that closed at once said
+    // "transport error"
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addrs = [silent.local_addr().unwrap().to_string(), closing.local_addr().unwrap().to_string()];
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().collect();
+        drop(held);
+    });
+    std::thread::spawn(move || {
+        for c in closing.incoming() {
+            drop(c);
+        }
+    });
+    let runs: Vec<_> = addrs
+        .iter()
+        .map(|a| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                let o = Command::new(BIN).args(["status", "--coordinator", &a, "--token", TOKEN]).output().unwrap();
+                (o, t0.elapsed())
+            })
+        })
+        .collect();
+    let [(silent, waited), (closing, _)] =
+        runs.into_iter().map(|r| r.join().unwrap()).collect::<Vec<_>>().try_into().unwrap();
+    let err = String::from_utf8_lossy(&silent.stderr);
+    assert_eq!(silent.status.code(), Some(2), "{err}");
+    assert!(err.contains("no answer in time") && waited < Duration::from_secs(14), "{waited:?}: {err}");
+    let err = String::from_utf8_lossy(&closing.stderr);
+    assert_eq!(closing.status.code(), Some(2), "{err}");
+    assert!(err.contains("does not answer as a sokoshard node"), "{err}");
+}
+
+#[test]
 fn a_second_node_on_a_data_dir_in_use_is_refused() {
     // a second worker on one data dir joined with the same node id and both
     // wrote the same checkpoint; a second coordinator shared one job log
