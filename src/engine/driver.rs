@@ -261,6 +261,11 @@ pub fn solve<D: Deployment>(
             Err(EngineError::Cancelled) => report.status = Status::Timeout,
             Err(e) => return Err(e),
         }
+        if report.status == Status::Timeout && report.reason.is_none() {
+            // a caller that knows better (an interrupt, a job's cancel) says so instead
+            let timed_out = spec.deadline.is_some_and(|d| Instant::now() >= d);
+            report.reason = Some(if timed_out { "stopped by the time limit" } else { "cancelled" }.into());
+        }
         report.seconds = started.elapsed().as_secs_f64();
         deployment.finish_report(&mut report);
         Ok(report)
