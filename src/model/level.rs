@@ -170,27 +170,23 @@ fn expand_rle(line: &str) -> Result<Vec<String>, LevelErrorKind> {
     Ok(rows)
 }
 
-/// Is this line (already trimmed at the end) a board row? Rows begin (after
-/// indentation) with a wall, a digit run-length count followed by board syntax,
-/// or any board character when the line holds nothing else.
+/// Is this line (already trimmed at the end) a board row? A level starts
+/// only with a line of board syntax alone (board characters, run-length
+/// counts, `|`) that holds a wall, or a player: a free-text title such as
+/// `3 Wise Men`, `#1 - Easy` or `1.` before a board is no row. Inside a
+/// level, a row is board syntax alone (not digits alone), or a line with a
+/// wall and a stray character: a broken row, whose error names the character.
 fn looks_like_row(line: &str, in_block: bool) -> bool {
     let t = line.trim_start();
     if t.is_empty() || t.starts_with(';') || header_field(t).is_some() {
         return false;
     }
-    if t.starts_with('#') {
-        return true;
+    let syntax = t.chars().all(|c| is_board_char(c) || c.is_ascii_digit() || c == '|');
+    if !in_block {
+        return syntax && (t.contains('#') || is_player_row(t));
     }
-    let first_non_digit = t.chars().find(|c| !c.is_ascii_digit());
-    if t.chars().next().is_some_and(|c| c.is_ascii_digit()) {
-        // "4#" style; a line of digits alone (e.g. a title "12") is not a row
-        return matches!(first_non_digit, Some(c) if is_board_char(c) || c == '|');
-    }
-    if t.chars().all(|c| is_board_char(c) || c.is_ascii_digit() || c == '|') {
-        return t.contains('#') || in_block || is_player_row(t);
-    }
-    // inside a block, a line with walls but a stray character is a broken row
-    in_block && t.contains('#')
+    // a line of digits alone (a title "12") is no row
+    (syntax && !t.chars().all(|c| c.is_ascii_digit())) || t.contains('#')
 }
 
 /// A line of board symbols alone holding exactly one player (`  @ $`): a row
@@ -210,6 +206,12 @@ fn header_field(t: &str) -> Option<String> {
     let first_is_letter = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
     let rest_is_word = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ' '));
     (first_is_letter && rest_is_word).then(|| name.trim().to_ascii_lowercase())
+}
+
+/// A title as it may be printed: control characters (terminal escapes, a
+/// bell) written as escapes (`\u{1b}`), never sent to a terminal raw.
+fn printable(title: &str) -> String {
+    title.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 /// The lines of `text`, ended by `\r\n`, `\n` or a lone `\r` (old Mac files).
@@ -244,8 +246,14 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
     // has come since: a `Title:` now is the next level's (titles before boards)
     let mut last_titled_before = false;
     let mut blank_since_level = false;
+    // the pending title came from a `Title:` field, and so did the last
+    // level's: a level has one such field, so the next `Title:` is the next level's
+    let mut pending_from_field = false;
+    let mut last_field_titled = false;
     // inside a `Comment:` ... `Comment-End:` block: free text, never a title
     let mut in_comment = false;
+    // inside a `Solution` section after a level (SOK): moves, never a title
+    let mut in_solution = false;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
 
     let flush = |rows: &mut Vec<(usize, String)>,
@@ -302,25 +310,39 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
             }
             continue;
         }
+        let field_titled = pending_from_field && pending_title.is_some();
         if flush(&mut rows, &mut syntax_error, &mut pending_title, &mut out, &mut last_titled_before) {
             after_level = true;
             blank_since_level = false;
+            last_field_titled = field_titled;
+            pending_from_field = false;
         }
         let t = line.trim();
         if t.is_empty() {
             blank_since_level = true;
+            in_solution = false;
+            continue;
+        }
+        // a SOK `Solution` section: its moves, up to a blank line, are no title
+        let first_word = t.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
+        if first_word.eq_ignore_ascii_case("solution") {
+            in_solution = true;
+            continue;
+        }
+        if in_solution {
             continue;
         }
         let field = header_field(t);
         if field.as_deref() == Some("title") {
-            let title = t.split_once(':').map_or("", |(_, v)| v).trim().to_string();
-            if after_level && !(last_titled_before && blank_since_level) {
+            let title = printable(t.split_once(':').map_or("", |(_, v)| v).trim());
+            if after_level && !(last_titled_before && blank_since_level) && !last_field_titled {
                 if let Some(last) = out.last_mut() {
                     last.title = title;
                     continue;
                 }
             }
             pending_title = Some(title);
+            pending_from_field = true;
             continue;
         }
         if field.as_deref() == Some("comment") && t.split_once(':').is_some_and(|(_, v)| v.trim().is_empty()) {
@@ -333,7 +355,8 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
         }
         let title = t.trim_start_matches(';').trim();
         if !title.is_empty() {
-            pending_title = Some(title.to_string());
+            pending_title = Some(printable(title));
+            pending_from_field = false;
         }
     }
     flush(&mut rows, &mut syntax_error, &mut pending_title, &mut out, &mut last_titled_before);
@@ -537,6 +560,46 @@ mod tests {
             let v = split_collection(&format!("{title}\n#####\n#@$.#\n#####\n"), "x");
             assert_eq!((v.len(), v[0].title.as_str()), (1, title));
         }
+    }
+
+    #[test]
+    fn titles_that_start_with_a_digit_or_a_hash_are_titles_not_rows() {
+        // "3 Wise Men" was read as a run-length row ("unknown character 'W'"),
+        // "1." as a row with a goal ("1 box but 2 goals")
+        for title in ["3 Wise Men", "100 Boxes", "5 - Easy", "#1 - Easy", "1.", "12", "2nd level"] {
+            let v = split_collection(&format!("{title}\n#####\n#@$.#\n#####\n"), "x");
+            assert_eq!((v.len(), v[0].title.as_str()), (1, title));
+            assert!(v[0].parse().is_ok(), "{title}: {:?}", v[0].parse());
+        }
+        // a level may start with run-length rows
+        let v = split_collection("; t\n5#\n#@$.#\n-5#\n", "x");
+        assert_eq!(v[0].parse().unwrap().height, 3);
+    }
+
+    #[test]
+    fn a_sok_solution_section_is_no_title() {
+        // an untitled level after a solved one took the solution's moves as its title
+        let t = "#####\n#@$.#\n#####\nSolution (moves 1, pushes 1)\nR\n\n######\n#@$ .#\n######\nSolution:\nRR\nrr\n";
+        let v = split_collection(t, "x");
+        let titles: Vec<&str> = v.iter().map(|l| l.title.as_str()).collect();
+        assert_eq!(titles, ["#1", "#2"]);
+    }
+
+    #[test]
+    fn a_title_field_between_boards_without_a_blank_line_is_the_next_levels() {
+        // level 1's Title: A was overwritten by B, and level 2 had none
+        let v = split_collection("Title: A\n#####\n#@$.#\n#####\nTitle: B\n######\n#@ $.#\n######\n", "x");
+        let titles: Vec<&str> = v.iter().map(|l| l.title.as_str()).collect();
+        assert_eq!(titles, ["A", "B"]);
+    }
+
+    #[test]
+    fn control_characters_in_titles_are_escaped_not_kept() {
+        // a title could send terminal escapes to whoever listed the file
+        let v = split_collection("; evil \u{1b}[31mRED \u{7}bell\n#####\n#@$.#\n#####\nTitle: a\tb\n", "x");
+        assert_eq!(v[0].title, "a\\tb");
+        let v = split_collection("; evil \u{1b}[31mRED \u{7}bell\n#####\n#@$.#\n#####\n", "x");
+        assert_eq!(v[0].title, "evil \\u{1b}[31mRED \\u{7}bell");
     }
 
     #[test]
