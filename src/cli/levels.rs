@@ -60,11 +60,15 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
     for t in &all {
         match t.parse().map_err(anyhow::Error::from).and_then(|l| Ok((Board::new(&l)?, l))) {
             Ok((b, l)) => {
+                // every box of the level but the fixed ones, those the player
+                // can never reach included (the board leaves them out: they
+                // make the level unsolvable, which `solve` says)
+                let boxes = l.box_count() - b.fixed_boxes.len();
                 if args.json {
                     outln!(
                         "{}",
                         serde_json::json!({"index": t.index, "title": t.title, "width": l.width, "height": l.height,
-                            "boxes": b.box_count(), "floor": b.floor_count(), "fixed_boxes": b.fixed_boxes.len(),
+                            "boxes": boxes, "floor": b.floor_count(), "fixed_boxes": b.fixed_boxes.len(),
                             "key": b.keyspace.width})
                     )?;
                 } else {
@@ -73,7 +77,7 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
                         t.index,
                         t.title,
                         format!("{}x{}", l.width, l.height),
-                        b.box_count(),
+                        boxes,
                         b.floor_count()
                     )?;
                 }
@@ -88,14 +92,16 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
 }
 
 pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
-    let level = match args.of.picked()?.parse() {
+    let level = args.of.picked().and_then(|t| Ok(t.parse()?));
+    let level = match level {
         Ok(level) => level,
-        // with --json a level that does not parse is an answer too, as in `solve --json`
+        // with --json a level that cannot be had (a broken one, a --level
+        // past the file's end) is an answer too, as in `solve --json`
         Err(e) if args.json => {
-            outln!("{}", serde_json::json!({ "valid": false, "error": e.to_string() }))?;
+            outln!("{}", serde_json::json!({ "valid": false, "error": format!("{e:#}") }))?;
             return Ok(ExitCode::from(EXIT_BAD_INPUT));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     };
     let v = verify(&level, &args.of.solution);
     if args.json {

@@ -261,6 +261,11 @@ pub fn read_collection(path: &Path) -> Result<Vec<LevelText>> {
         let file = std::fs::File::open(path).with_context(|| format!("reading {name}"))?;
         (read_capped(file).with_context(|| format!("reading {name}"))?, name)
     };
+    // a text file holds no NUL byte: a binary one (a program, an image) would
+    // otherwise give an error per line that happens to hold a '#'
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
+        bail!("{name}: not a text file of levels (a NUL byte at offset {at})");
+    }
     // titles in other encodings (Latin-1 and the like) keep their level
     let text = String::from_utf8_lossy(&bytes);
     let levels = split_collection(&text, &name);
@@ -360,7 +365,7 @@ impl Selection {
             return Ok(all[a - 1..b].iter().collect());
         }
         if let Some(t) = &self.title {
-            let found: Vec<&LevelText> = all.iter().filter(|l| l.title.eq_ignore_ascii_case(t)).collect();
+            let found: Vec<&LevelText> = all.iter().filter(|l| l.title.to_lowercase() == t.to_lowercase()).collect();
             if found.is_empty() {
                 bail!("{source}: no level titled {t:?}");
             }

@@ -345,9 +345,16 @@ fn write_sok(path: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
     let mut s = String::new();
     for o in outcomes {
         let Some(level) = &o.level else { continue };
-        s.push_str(&format!("; {}\n\n", o.text.title));
+        // an untitled level's "#N" is its place in the file read, no title
+        // to write (read back it would become one)
+        let titled = o.text.title != format!("#{}", o.text.index);
+        if titled {
+            s.push_str(&format!("; {}\n\n", o.text.title));
+        }
         s.push_str(&level.to_xsb());
-        s.push_str(&format!("Title: {}\n", o.text.title));
+        if titled {
+            s.push_str(&format!("Title: {}\n", o.text.title));
+        }
         if let Some(r) = &o.report {
             if let (Some(sol), Some(p), Some(m)) = (&r.solution, r.pushes, r.moves) {
                 s.push_str(&format!("Solution (moves {m}, pushes {p})\n{sol}\n"));

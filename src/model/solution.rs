@@ -97,7 +97,7 @@ pub struct Verdict {
     pub valid: bool,
     pub pushes: usize,
     pub moves: usize,
-    /// 1-based index into the LURD string of the failing step.
+    /// The failing step: 1-based, counting the letters (not whitespace).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,8 +109,8 @@ pub struct Verdict {
     pub warning: Option<String>,
 }
 
-/// Replays `lurd` on the level's grid (whitespace is skipped but counted in step
-/// indices). Every move into a box pushes it, whatever the letter's case; a
+/// Replays `lurd` on the level's grid (whitespace, such as the line breaks of
+/// a solution copied from a file, is skipped: step N is the N-th letter). Every move into a box pushes it, whatever the letter's case; a
 /// letter of the wrong case is named in the verdict's warning.
 pub fn verify(level: &Level, lurd: &str) -> Verdict {
     let w = level.width;
@@ -128,11 +128,12 @@ pub fn verify(level: &Level, lurd: &str) -> Verdict {
         warning: None,
     };
     let at = |c: usize| format!("column {}, row {}", c % w + 1, c / w + 1);
-    for (i, ch) in lurd.chars().enumerate() {
-        let step = i + 1;
+    let mut step = 0;
+    for ch in lurd.chars() {
         if ch.is_whitespace() {
             continue;
         }
+        step += 1;
         let d = match ch.to_ascii_lowercase() {
             'u' => 0,
             'r' => 1,
@@ -175,7 +176,7 @@ pub fn verify(level: &Level, lurd: &str) -> Verdict {
             valid: false,
             pushes,
             moves,
-            step: (!empty).then(|| lurd.chars().count()),
+            step: (!empty).then_some(step),
             reason: Some(if empty {
                 format!("the solution has no moves and {off} box(es) stand off goals")
             } else {
@@ -227,6 +228,16 @@ mod tests {
         assert_eq!(v.step, Some(2));
         let v = verify(&l, "u");
         assert_eq!(v.step, Some(1));
+    }
+
+    #[test]
+    fn steps_count_letters_not_the_whitespace_between_them() {
+        // "r R R U" failed at "step 7", its 4th move
+        let l = parse_one("#######\n#@ $ .#\n#######\n", "t").unwrap();
+        let v = verify(&l, "r R\nR U");
+        assert_eq!((v.step, v.moves), (Some(4), 3));
+        assert!(v.reason.unwrap().contains("wall"));
+        assert_eq!(verify(&l, "r\nR").step, Some(2), "not solved after the last letter");
     }
 
     #[test]

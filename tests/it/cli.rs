@@ -234,6 +234,34 @@ fn one_push_and_one_move_are_said_in_the_singular() {
 }
 
 #[test]
+fn own_level_files_from_a_review_read_as_their_author_meant() {
+    // found by a review with hand-made files: a binary file gave an error per
+    // line; --title matched case only in ASCII; `levels` left out boxes the
+    // player cannot reach (0 boxes for a level that has one); `verify --json`
+    // with a --level past the file's end printed no JSON
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin.xsb");
+    std::fs::write(&bin, b"#####\0\n#@$.#\n#####\n; x\n#####\n#@$.#\n#####\n").unwrap();
+    let o = sokoshard(&["levels", bin.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("not a text file of levels"), "{}", stderr(&o));
+    let uni = dir.path().join("uni.xsb");
+    std::fs::write(&uni, "Title: Ünïcödé 日本\n#####\n#@$.#\n#####\n\nTitle: other\n#####\n#.$@#\n#####\n").unwrap();
+    let o = sokoshard(&["verify", uni.to_str().unwrap(), "--title", "üNÏCÖDÉ 日本", "--solution", "R"]);
+    assert_eq!(stdout(&o).trim(), "valid: 1 push, 1 move", "{}", stderr(&o));
+    let o = sokoshard(&["verify", uni.to_str().unwrap(), "--level", "3", "--solution", "R", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(v["valid"] == false && v["error"].as_str().unwrap().contains("level 3 does not exist"), "{v}");
+    let walled = dir.path().join("walled.xsb");
+    std::fs::write(&walled, "#########\n#@$.#$ .#\n#########\n").unwrap();
+    let o = sokoshard(&["levels", walled.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!((v["boxes"].as_u64(), v["fixed_boxes"].as_u64()), (Some(2), Some(0)), "{v}");
+}
+
+#[test]
 fn the_output_file_of_untitled_levels_reads_back() {
     // untitled levels are written `Title: #1`, which the reader once took for
     // a broken board row
@@ -249,6 +277,11 @@ fn the_output_file_of_untitled_levels_reads_back() {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["title"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(titles, ["#1", "#2"]);
+    // "#2" is a place in the file read, not a title to carry into another file
+    let o = sokoshard(&["solve", level.to_str().unwrap(), "--level", "2", "--output", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let written = std::fs::read_to_string(&out).unwrap();
+    assert!(!written.contains("Title:") && !written.contains("#2"), "{written}");
 }
 
 #[test]
@@ -334,6 +367,8 @@ fn timeout_stops_cleanly_and_reports() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["status"], "timeout");
+    // the reason was null, where a stop at the state limit gave one
+    assert_eq!(v["reason"], "stopped by the time limit", "{v}");
 }
 
 #[test]

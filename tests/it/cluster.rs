@@ -1449,7 +1449,7 @@ fn cancel_timeout_and_max_states_stop_cluster_jobs() {
     let o = c.cli(&["submit", file, "--level", "3", "--timeout", "1", "--json"]);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["status"], "timeout", "{v}");
+    assert_eq!((&v["status"], &v["reason"]), (&"timeout".into(), &"stopped by the time limit".into()), "{v}");
     assert!(v["seconds"].as_f64().unwrap() >= 1.0 && v["seconds"].as_f64().unwrap() < 10.0, "{v}");
 
     // the bounded search stores 16 states on #3: a limit of 10 stops it
