@@ -82,6 +82,7 @@ pub enum LevelErrorKind {
     NoBoxes,
     Open { x: usize, y: usize },
     UnknownCharacter { ch: char, column: usize },
+    ZeroCount { column: usize },
     TooLarge { what: String },
     Empty,
 }
@@ -109,6 +110,9 @@ impl fmt::Display for LevelErrorKind {
             LevelErrorKind::UnknownCharacter { ch, column } => {
                 write!(f, "unknown character {ch:?} at column {column}")
             }
+            LevelErrorKind::ZeroCount { column } => {
+                write!(f, "a run-length count of 0 at column {column}: counts start at 1")
+            }
             LevelErrorKind::TooLarge { what } => write!(f, "level too large: {what}"),
             LevelErrorKind::Empty => write!(f, "empty level"),
         }
@@ -134,14 +138,20 @@ fn is_board_char(c: char) -> bool {
 fn expand_rle(line: &str) -> Result<Vec<String>, LevelErrorKind> {
     let mut rows = vec![String::new()];
     let mut count: usize = 0;
+    // where the count being read starts (1-based), if one is
+    let mut count_at = None;
     for (i, c) in line.chars().enumerate() {
         if let Some(d) = c.to_digit(10) {
+            count_at.get_or_insert(i + 1);
             count = count.saturating_mul(10).saturating_add(d as usize);
             if count > MAX_SIDE * MAX_SIDE {
                 let what = format!("a run-length count at column {} is more than {}", i + 1, MAX_SIDE * MAX_SIDE);
                 return Err(LevelErrorKind::TooLarge { what });
             }
             continue;
+        }
+        if let (Some(column), 0) = (count_at.take(), count) {
+            return Err(LevelErrorKind::ZeroCount { column });
         }
         let n = if count == 0 { 1 } else { count };
         count = 0;
@@ -607,6 +617,15 @@ mod tests {
         let e = split_collection("5#\n#@$.#\n99999#\n", "x")[0].parse().unwrap_err();
         assert_eq!(e.line, 3);
         assert!(e.to_string().contains("run-length count at column 5"), "{e}");
+    }
+
+    #[test]
+    fn a_run_length_count_of_zero_is_an_error_not_one() {
+        // "0#5#" read as six walls
+        let e = split_collection("5#\n#@$.#\n0#5#\n", "x")[0].parse().unwrap_err();
+        assert_eq!(e.kind, LevelErrorKind::ZeroCount { column: 1 });
+        assert_eq!(e.line, 3);
+        assert!(split_collection("10#\n#@$.-----#\n10#\n", "x")[0].parse().is_ok(), "a 0 inside a count is fine");
     }
 
     #[test]
