@@ -340,7 +340,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
     let source = a.file.display().to_string();
     let picked = a.select.pick(&all, &source)?;
     if let Some(path) = &a.html {
-        super::check_output("--html", path)?;
+        super::check_output("--html", path, &[("the level file", a.file.as_path())])?;
     }
     if let Some(p) = a.partitions {
         anyhow::ensure!(p.is_power_of_two() && p <= 1 << 16, "--partitions {p} must be a power of two up to 65536");

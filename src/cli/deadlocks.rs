@@ -99,7 +99,7 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     let source = args.file.display().to_string();
     let level = args.select.pick(&all, &source)?.parse()?;
     let board = Arc::new(Board::new(&level)?);
-    super::check_output("-o", &args.output)?;
+    super::check_output("-o", &args.output, &[("the level file", args.file.as_path())])?;
     if let Some(addr) = &args.coordinator {
         return build_on_cluster(&args, addr, &level, &board);
     }
@@ -121,8 +121,8 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     }
     // the bounded search's pair penalties go into the file beside the patterns
     let tables = tables.with_level_pairs();
-    let bytes = kdb::save(&args.output, &tables, &level.to_xsb())?;
-    report_build(&args, &stats, &tables.tables, bytes)?;
+    let bytes = kdb::save(&args.output, &tables, &stored_text(&level))?;
+    report_build(&args, &stats, &tables.tables, bytes, stopped)?;
     Ok(match stopped {
         Some(why) => {
             let done = stats.last().map_or(0, |s| s.k);
@@ -132,6 +132,21 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
         None => ExitCode::from(EXIT_OK),
     })
 }
+
+/// The level as a database keeps it: its rows, and its title where it has
+/// one (named when the file is used for another level).
+fn stored_text(level: &sokoshard::model::level::Level) -> String {
+    let untitled = level.title == format!("#{}", level.index) || level.title.trim().is_empty();
+    if untitled {
+        level.to_xsb()
+    } else {
+        format!("{}Title: {}\n", level.to_xsb(), level.title)
+    }
+}
+
+/// Woken by Ctrl-C, SIGTERM or SIGHUP during a build on a cluster (a stored
+/// permit, so a signal before the wait starts still counts).
+static CLUSTER_STOP: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 /// Raised by Ctrl-C, SIGTERM, SIGHUP or `--timeout` during a local build.
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -145,7 +160,8 @@ fn build_on_cluster(
     board: &Arc<Board>,
 ) -> Result<ExitCode> {
     let net = args.net.config()?;
-    let text = level.to_xsb();
+    // as a local build keeps it, so that both write the same file
+    let text = stored_text(level);
     let bar = std::io::stderr().is_terminal().then(|| {
         let b = ProgressBar::new_spinner();
         b.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
@@ -155,12 +171,14 @@ fn build_on_cluster(
     let how = TableOptions { k: args.k.map(|k| k as u32), partitions: 0, timeout: args.timeout.unwrap_or(0.0) };
     let built = super::cluster::runtime()?.block_on(async {
         let mut c = sokoshard::cluster::client::Client::new(&net, addr)?;
-        c.build_tables(&text, &level.title, level.index as u32, how, |v| {
+        let on_update = |v: &sokoshard::cluster::client::JobView| {
             if let Some(b) = &bar {
                 b.set_message(format!("{}: {}", v.state, v.message));
             }
-        })
-        .await
+        };
+        // Ctrl-C, SIGTERM or SIGHUP cancel the job, which keeps the k finished
+        super::on_stop_signals(super::StopOn::InterruptTermAndHangUp, || CLUSTER_STOP.notify_one());
+        c.build_tables(&text, &level.title, level.index as u32, how, on_update, CLUSTER_STOP.notified()).await
     })?;
     let (bytes, stats) = (built.kdb, built.stats);
     if let Some(b) = &bar {
@@ -172,7 +190,7 @@ fn build_on_cluster(
         "the cluster returned tables of another level"
     );
     super::write_whole(&args.output, &bytes)?;
-    report_build(args, &stats, &file.tables, bytes.len() as u64)?;
+    report_build(args, &stats, &file.tables, bytes.len() as u64, built.cut_short.as_deref())?;
     Ok(match built.cut_short {
         Some(note) => {
             errln!("{note}: the file holds what was finished");
@@ -183,8 +201,15 @@ fn build_on_cluster(
 }
 
 /// The build report, the same for a local and a cluster build: a line (or JSON
-/// object) per k, then the file written.
-fn report_build(args: &BuildArgs, stats: &[KStats], tables: &[KTable], bytes: u64) -> Result<()> {
+/// object) per k, then the file written (with `--json`, an object with the
+/// file, its size and why the build stopped short, if it did).
+fn report_build(
+    args: &BuildArgs,
+    stats: &[KStats],
+    tables: &[KTable],
+    bytes: u64,
+    stopped: Option<&str>,
+) -> Result<()> {
     for s in stats {
         let table_bytes = tables.iter().find(|t| t.k == s.k).map_or(0, kdb::table_bytes);
         if args.json {
@@ -195,7 +220,10 @@ fn report_build(args: &BuildArgs, stats: &[KStats], tables: &[KTable], bytes: u6
             outln!("{}", describe(s, table_bytes))?;
         }
     }
-    if !args.json {
+    if args.json {
+        let v = serde_json::json!({ "wrote": args.output.display().to_string(), "bytes": bytes, "stopped": stopped });
+        outln!("{v}")?;
+    } else {
         outln!("wrote {} ({})", args.output.display(), human_bytes(bytes))?;
     }
     Ok(())

@@ -245,8 +245,15 @@ pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
 }
 
 /// Checks, before the work that fills it, that a file the user asked for can
-/// be written (`flag` names the option in the error).
-pub fn check_output(flag: &str, path: &Path) -> Result<()> {
+/// be written (`flag` names the option in the error), and that it is none of
+/// the files the command reads or writes besides (`others`, each with what
+/// to call it): writing it would destroy them.
+pub fn check_output(flag: &str, path: &Path, others: &[(&str, &Path)]) -> Result<()> {
+    // standard output carries the command's report: a file goes to a path
+    anyhow::ensure!(path.as_os_str() != "-", "{flag} -: this file cannot go to standard output; give it a path");
+    if let Some((what, _)) = others.iter().find(|(_, p)| sokoshard::storage::files::same_file(path, p)) {
+        bail!("{flag} {}: that is {what}; writing there would destroy it", path.display());
+    }
     sokoshard::storage::files::check_writable(path)
         .with_context(|| format!("{flag} {}: cannot write there", path.display()))
 }

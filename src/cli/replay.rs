@@ -24,6 +24,7 @@ pub struct ReplayArgs {
 /// naming the step where it fails, and writes nothing.
 pub fn run_replay(args: ReplayArgs) -> Result<ExitCode> {
     let level = args.of.level()?;
+    super::check_output("--html", &args.html, &[("the level file", args.of.file.as_path())])?;
     let v = verify(&level, &args.of.solution);
     if !v.valid {
         errln!("error: the solution is {}; no page written", invalid(&v));

@@ -179,11 +179,28 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     let source = args.file.display().to_string();
     let picked = args.select.pick(&all, &source)?;
     // the files asked for must be writable before the solve, not after it
+    // a database is read and matched once, before any file is written: a
+    // bad one is one error, not one per level
+    let database = args.deadlocks.as_deref().map(|p| read_database(p, &picked)).transpose()?;
+    let mut inputs = vec![("the level file", args.file.as_path())];
+    if let Some(db) = &args.deadlocks {
+        inputs.push(("the --deadlocks database", db.as_path()));
+    }
     if let Some(out) = &args.output {
-        super::check_output("--output", out)?;
+        super::check_output("--output", out, &inputs)?;
     }
     if let Some(path) = &args.html {
-        super::check_output("--html", path)?;
+        let mut others = inputs.clone();
+        if let Some(out) = &args.output {
+            others.push(("the --output file", out.as_path()));
+        }
+        // the two not written yet: the same path spelt the same way
+        anyhow::ensure!(
+            args.output.as_deref() != Some(path.as_path()),
+            "--html {}: that is the --output file too; give each its own path",
+            path.display()
+        );
+        super::check_output("--html", path, &others)?;
     }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("starting worker threads")?;
     super::on_stop_signals(super::StopOn::InterruptTermAndHangUp, || {
@@ -231,7 +248,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         if INTERRUPTED.load(Ordering::SeqCst) {
             break;
         }
-        let tables = Tables { kpg: args.kpg, file: args.deadlocks.as_deref() };
+        let tables = Tables { kpg: args.kpg, file: args.deadlocks.as_deref().zip(database.as_ref()) };
         let outcome = solve_one(text, &opts, &pool, args.timeout, &tables);
         let printed = print_outcome(&outcome, args.json);
         outcomes.push(outcome);
@@ -266,10 +283,38 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// Where a solve's deadlock tables come from.
+/// Where a solve's deadlock tables come from: a database (its path and
+/// contents) for the levels it was built for, else built as `kpg` says.
 struct Tables<'a> {
     kpg: Option<usize>,
-    file: Option<&'a std::path::Path>,
+    file: Option<(&'a std::path::Path, &'a kdb::KdbFile)>,
+}
+
+/// Reads `--deadlocks` once and matches it with the levels picked: an error
+/// if it fits none of them (the first one's mismatch, naming how it
+/// differs), and a warning if it fits only some, which build their own.
+fn read_database(path: &std::path::Path, picked: &[&LevelText]) -> Result<kdb::KdbFile> {
+    let file = kdb::read(path)?;
+    let (mut fits, mut first_misfit, mut misfits) = (0, None, 0);
+    for text in picked {
+        let Ok(board) = text.parse().map_err(drop).and_then(|l| Board::new(&l).map_err(drop)) else { continue };
+        match kdb::check_level(path, &file, &board) {
+            Ok(()) => fits += 1,
+            Err(e) => {
+                misfits += 1;
+                first_misfit.get_or_insert(e);
+            }
+        }
+    }
+    match first_misfit {
+        Some(e) if fits == 0 => return Err(e.into()),
+        Some(_) => errln!(
+            "warning: {} holds the tables of {fits} of the levels picked; the other {misfits} build their own",
+            path.display()
+        ),
+        None => {}
+    }
+    Ok(file)
 }
 
 fn solve_one(
@@ -298,8 +343,10 @@ fn solve_one(
     let mut opts = opts.clone();
     opts.deadline = timeout.and_then(sokoshard::engine::search::deadline_in);
     opts.tables = match (tables.file, tables.kpg) {
-        (Some(path), _) => match kdb::load_for(path, board.clone()) {
+        (Some((path, file)), kpg) => match kdb::bind(path, file.clone(), board.clone()) {
             Ok(t) => TableSource::Given(Arc::new(t)),
+            // said once before the first level (`read_database`)
+            Err(kdb::KdbError::WrongLevel { .. }) => TableSource::Build(kpg.map_or(KChoice::Auto, KChoice::UpTo)),
             Err(e) => {
                 outcome.error = Some(e.to_string());
                 return outcome;

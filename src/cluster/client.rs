@@ -2,7 +2,7 @@
 //! `cancel`, the benchmark): plain serializable views instead of prost types, and
 //! a watch that outlives a coordinator restart by reconnecting.
 
-use super::coordinator::job::TABLES_TIME_LIMIT;
+use super::coordinator::job::{TABLES_CANCELLED, TABLES_TIME_LIMIT};
 use super::net::{CoordinatorRpc, NetConfig, Retry};
 use super::proto::*;
 use super::{ClusterError, PROTOCOL_VERSION};
@@ -225,9 +225,19 @@ pub struct BuiltTables {
     pub kdb: Vec<u8>,
     /// Per k finished, the figures of its game.
     pub stats: Vec<KStats>,
-    /// The job's note when its time limit stopped the build: the file holds
-    /// the k finished before it.
+    /// The job's note when its time limit or `interrupt` stopped the build:
+    /// the file holds the k finished before it.
     pub cut_short: Option<String>,
+}
+
+/// A level's title as a job carries it: cut at [`MAX_TITLE`](super::MAX_TITLE)
+/// bytes (on a character boundary), which the coordinator refuses past.
+fn job_title(title: &str) -> String {
+    let mut end = title.len().min(super::MAX_TITLE);
+    while !title.is_char_boundary(end) {
+        end -= 1;
+    }
+    title[..end].to_string()
 }
 
 /// A connection to a coordinator.
@@ -269,7 +279,7 @@ impl Client {
             protocol_version: PROTOCOL_VERSION,
             kind: JobKind::Solve as i32,
             level_text: level_text.to_string(),
-            title: title.to_string(),
+            title: job_title(title),
             index,
             options: Some(JobOptions {
                 partitions: o.partitions,
@@ -345,13 +355,14 @@ impl Client {
         title: &str,
         index: u32,
         how: TableOptions,
-        on_update: impl FnMut(&JobView),
+        mut on_update: impl FnMut(&JobView),
+        interrupt: impl std::future::Future<Output = ()>,
     ) -> Result<BuiltTables, ClusterError> {
         let req = SubmitRequest {
             protocol_version: PROTOCOL_VERSION,
             kind: JobKind::Deadlocks as i32,
             level_text: level_text.to_string(),
-            title: title.to_string(),
+            title: job_title(title),
             index,
             options: Some(JobOptions {
                 partitions: how.partitions,
@@ -362,8 +373,26 @@ impl Client {
         };
         let id =
             self.rpc.submit(brief(req)).await.map_err(|s| status_err("submitting", &self.addr, s))?.into_inner().job_id;
-        let v = self.watch(id, Duration::from_secs(300), on_update).await?;
-        if v.state != "finished" {
+        // an interrupt (Ctrl-C) cancels the job, which keeps the k finished,
+        // and the watch goes on to its end
+        let watched = {
+            let watch = self.watch(id, Duration::from_secs(300), &mut on_update);
+            tokio::pin!(watch);
+            tokio::pin!(interrupt);
+            tokio::select! {
+                v = &mut watch => Some(v?),
+                () = &mut interrupt => None,
+            }
+        };
+        let v = match watched {
+            Some(v) => v,
+            None => {
+                self.cancel(id).await?;
+                self.watch(id, Duration::from_secs(300), &mut on_update).await?
+            }
+        };
+        let kept = v.state == "cancelled" && v.message.starts_with(&format!("{TABLES_CANCELLED}: "));
+        if v.state != "finished" && !kept {
             return Err(ClusterError::FailedPrecondition(format!("job {id} {}: {}", v.state, v.message)));
         }
         let r = self
@@ -384,7 +413,7 @@ impl Client {
                 seconds: s.seconds,
             })
             .collect();
-        let cut_short = v.message.starts_with(TABLES_TIME_LIMIT).then(|| v.message.clone());
+        let cut_short = (kept || v.message.starts_with(TABLES_TIME_LIMIT)).then(|| v.message.clone());
         Ok(BuiltTables { kdb: r.kdb, stats, cut_short })
     }
 

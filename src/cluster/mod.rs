@@ -43,6 +43,15 @@ pub const MOVES_PHASE: &str = "moves";
 /// Largest level text a job may carry.
 pub const MAX_LEVEL_TEXT: usize = 1 << 20;
 
+/// The longest job title a coordinator takes, in bytes: far past any level's
+/// title, and small enough that a status listing of many jobs stays within
+/// a message (a title of megabytes once made every `status` fail).
+pub const MAX_TITLE: usize = 4096;
+
+/// The most jobs a coordinator keeps queued at once: a client that submits
+/// without end is refused rather than growing the job log without bound.
+pub const MAX_QUEUED_JOBS: usize = 10_000;
+
 /// Runs CPU-heavy work on the rayon pool and awaits its result, so that async
 /// tasks never compute. A panic in `f` becomes an internal error, not a crash.
 pub async fn run_cpu<T, F>(f: F) -> Result<T, ClusterError>

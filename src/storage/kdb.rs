@@ -1,53 +1,65 @@
 //! The k-PG deadlock database file (`.kdb`): the tables of one level, saved so
 //! they are built once and reused.
 //!
-//! Layout (little-endian):
+//! The file is the shared [envelope](super::envelope) (magic `SKKPGDB\0`,
+//! format version, body length and checksum) around this body
+//! (little-endian):
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 8 | magic `SKKPGDB\0` |
-//! | 4 | format version |
 //! | 8 | level fingerprint ([`Board::fingerprint`]) |
 //! | 4 | floor squares |
 //! | 4 | number of k tables |
 //! | 4 + n | level text (XSB, for `deadlocks show`) |
 //! | ... | per k: `k`, then forward and backward sets: entry count, then per entry `k` squares (u16), a tag (0 any player, 1 player list) and for a list its length (u16) and squares |
 //! | 1 + ... | pair penalties of the bounded search (version 2): tag 0 none, 1 kept; then `floor²` forward and `floor²` backward bytes, and per side the per-region entries (count, 8 bytes each) and the pairs that use one (count, then pair index and entry as u32) |
-//! | 8 | xxh3-64 of everything above |
 //!
-//! The checksum is verified before anything is parsed, and every count is bounded
-//! by the bytes left, so a corrupt file is refused, never half-used.
+//! The envelope is verified before anything is parsed (a file cut short says
+//! so by its length), every count is bounded by the bytes left, and a file is
+//! read only once its magic bytes are right and only up to the length its
+//! header states, so a corrupt or foreign file is refused, never half-used,
+//! and a device such as `/dev/zero` is not read without end.
 
+use super::envelope::{self, EnvelopeError, Kind, HEADER};
 use crate::engine::kpg::{unpack, DeadPlayers, DeadlockTables, KTable, Packed, PatternSet, MAX_K};
 use crate::model::board::Board;
 use crate::model::pairs::{PairParts, PairPenalties, MAX_REGIONS};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const MAGIC: &[u8; 8] = b"SKKPGDB\0";
-/// 2: the pair penalties of the bounded search follow the k tables.
-pub const KDB_VERSION: u32 = 2;
+/// 2: the pair penalties of the bounded search follow the k tables. 3: the
+/// shared envelope (a length in the header, the checksum beside it).
+pub const KDB_VERSION: u32 = 3;
+
+/// The envelope of a database file.
+pub const KDB: Kind = Kind { magic: *b"SKKPGDB\0", version: KDB_VERSION, what: "sokoshard deadlock database" };
+
+/// The largest database read: 16 GiB, far past the tables of any level
+/// (each k's are bounded by the work limit of the build).
+pub const MAX_KDB_BYTES: u64 = 16 << 30;
 
 /// Deadlock database failures, each naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum KdbError {
-    #[error("error {op} {}: {source}", path.display())]
+    #[error("{op} {}: {source}", path.display())]
     Io { path: PathBuf, op: &'static str, source: std::io::Error },
     #[error("{}: not a sokoshard deadlock database (bad magic bytes)", path.display())]
     BadMagic { path: PathBuf },
     #[error("{}: deadlock database format version {found} is not supported (this build reads version {expected}); build it again with `sokoshard deadlocks build`", path.display())]
     UnsupportedVersion { path: PathBuf, found: u32, expected: u32 },
-    #[error("{}: truncated deadlock database ({len} bytes)", path.display())]
-    Truncated { path: PathBuf, len: u64 },
+    #[error("{}: deadlock database cut short: {len} bytes{}", path.display(), stated.map_or(String::new(), |s| format!(" where its header says {s}")))]
+    Truncated { path: PathBuf, len: u64, stated: Option<u64> },
     #[error("{}: checksum mismatch: stored {stored:#018x}, contents hash to {computed:#018x}; the file is corrupt", path.display())]
     ChecksumMismatch { path: PathBuf, stored: u64, computed: u64 },
     #[error("{}: corrupt deadlock database: {reason}", path.display())]
     Corrupt { path: PathBuf, reason: String },
-    #[error("{}: this deadlock database was built for another level (fingerprint {found:#018x}, this level is {expected:#018x})", path.display())]
-    WrongLevel { path: PathBuf, found: u64, expected: u64 },
+    #[error("{}: this deadlock database was built for another level ({why})", path.display())]
+    WrongLevel { path: PathBuf, why: String },
 }
 
 /// A database as read from disk, before it is matched to a board.
+#[derive(Clone)]
 pub struct KdbFile {
     pub fingerprint: u64,
     pub floor: usize,
@@ -59,8 +71,6 @@ pub struct KdbFile {
 /// Serializes tables with the level text they belong to.
 pub fn encode(tables: &DeadlockTables, level_text: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&KDB_VERSION.to_le_bytes());
     out.extend_from_slice(&tables.board.fingerprint().to_le_bytes());
     out.extend_from_slice(&(tables.board.floor_count() as u32).to_le_bytes());
     out.extend_from_slice(&(tables.tables.len() as u32).to_le_bytes());
@@ -91,9 +101,7 @@ pub fn encode(tables: &DeadlockTables, level_text: &str) -> Vec<u8> {
             }
         }
     }
-    let sum = xxhash_rust::xxh3::xxh3_64(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    out
+    envelope::seal(&KDB, &out)
 }
 
 /// One k's section of the file: `k`, then the forward and the backward set.
@@ -177,31 +185,29 @@ impl Reader<'_> {
     }
 }
 
+/// The database error for an envelope that does not open.
+fn envelope_error(path: &Path, e: EnvelopeError) -> KdbError {
+    let path = path.to_path_buf();
+    match e {
+        EnvelopeError::BadMagic { .. } => KdbError::BadMagic { path },
+        EnvelopeError::Version { found, expected } => KdbError::UnsupportedVersion { path, found, expected },
+        EnvelopeError::Truncated { found } => KdbError::Truncated { path, len: found as u64, stated: None },
+        EnvelopeError::Length { found, stated } if found < stated => {
+            KdbError::Truncated { path, len: found + HEADER as u64, stated: Some(stated + HEADER as u64) }
+        }
+        EnvelopeError::Length { found, stated } => KdbError::Corrupt {
+            path,
+            reason: format!("{} bytes where its header says {}", found + HEADER as u64, stated + HEADER as u64),
+        },
+        EnvelopeError::Checksum { stored, computed } => KdbError::ChecksumMismatch { path, stored, computed },
+    }
+}
+
 /// Parses and validates a database from bytes.
 pub fn decode(path: &Path, bytes: &[u8]) -> Result<KdbFile, KdbError> {
     let corrupt = |reason: String| KdbError::Corrupt { path: path.to_path_buf(), reason };
-    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-        if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
-            return Err(KdbError::Truncated { path: path.to_path_buf(), len: bytes.len() as u64 });
-        }
-        return Err(KdbError::BadMagic { path: path.to_path_buf() });
-    }
-    if bytes.len() < MAGIC.len() + 4 + 8 {
-        return Err(KdbError::Truncated { path: path.to_path_buf(), len: bytes.len() as u64 });
-    }
-    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if version != KDB_VERSION {
-        return Err(KdbError::UnsupportedVersion { path: path.to_path_buf(), found: version, expected: KDB_VERSION });
-    }
-    let (body, tail) = bytes.split_at(bytes.len() - 8);
-    let mut stored = [0u8; 8];
-    stored.copy_from_slice(tail);
-    let stored = u64::from_le_bytes(stored);
-    let computed = xxhash_rust::xxh3::xxh3_64(body);
-    if stored != computed {
-        return Err(KdbError::ChecksumMismatch { path: path.to_path_buf(), stored, computed });
-    }
-    let mut r = Reader { buf: body, pos: 12, path };
+    let body = envelope::open(&KDB, bytes).map_err(|e| envelope_error(path, e))?;
+    let mut r = Reader { buf: body, pos: 0, path };
     let fingerprint = r.u64()?;
     let floor = r.u32()? as usize;
     let nk = r.u32()? as usize;
@@ -303,13 +309,36 @@ fn read_pairs(r: &mut Reader<'_>, floor: usize) -> Result<PairParts, KdbError> {
     Ok(PairParts { forward, backward, regional, regional_at })
 }
 
+/// Whether a database read from `path` holds the tables of `board`'s level:
+/// [`KdbError::WrongLevel`], saying how they differ (and the title kept in
+/// the file, if any), if not.
+pub fn check_level(path: &Path, file: &KdbFile, board: &Board) -> Result<(), KdbError> {
+    let expected = board.fingerprint();
+    let why = if file.floor != board.floor_count() {
+        Some(format!("its level has {} floor squares, this one {}", file.floor, board.floor_count()))
+    } else if file.fingerprint != expected {
+        Some(format!(
+            "its walls, goals, boxes or player differ: fingerprint {:#018x}, this level's {expected:#018x}",
+            file.fingerprint
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        let title = file.level_text.lines().find_map(|l| l.strip_prefix("Title: "));
+        let why = match title {
+            Some(t) => format!("\"{t}\": {why}"),
+            None => why,
+        };
+        return Err(KdbError::WrongLevel { path: path.to_path_buf(), why });
+    }
+    Ok(())
+}
+
 /// Binds a database read from `path` to `board`: refuses one built for
 /// another level, derives the tables' index and restores the pair penalties.
 pub fn bind(path: &Path, file: KdbFile, board: Arc<Board>) -> Result<DeadlockTables, KdbError> {
-    let expected = board.fingerprint();
-    if file.fingerprint != expected || file.floor != board.floor_count() {
-        return Err(KdbError::WrongLevel { path: path.to_path_buf(), found: file.fingerprint, expected });
-    }
+    check_level(path, &file, &board)?;
     let pairs = match file.pairs {
         None => None,
         Some(parts) => Some(Arc::new(
@@ -322,8 +351,30 @@ pub fn bind(path: &Path, file: KdbFile, board: Arc<Board>) -> Result<DeadlockTab
 
 /// Reads a database file.
 pub fn read(path: &Path) -> Result<KdbFile, KdbError> {
-    let bytes =
-        std::fs::read(path).map_err(|source| KdbError::Io { path: path.to_path_buf(), op: "reading", source })?;
+    let io = |source| KdbError::Io { path: path.to_path_buf(), op: "reading", source };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    // the header first: a foreign file is refused after its first bytes, and
+    // the rest is read only up to the length the header states
+    let mut bytes = Vec::with_capacity(HEADER);
+    (&mut file).take(HEADER as u64).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() < HEADER {
+        return decode(path, &bytes);
+    }
+    if bytes[..8] != KDB.magic {
+        return Err(KdbError::BadMagic { path: path.to_path_buf() });
+    }
+    let stated = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
+    if stated > MAX_KDB_BYTES {
+        return Err(KdbError::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!(
+                "its header states {stated} bytes, over the {} GiB a database may take",
+                MAX_KDB_BYTES >> 30
+            ),
+        });
+    }
+    // one byte past the stated length, to tell a longer file
+    file.take(stated + 1).read_to_end(&mut bytes).map_err(io)?;
     decode(path, &bytes)
 }
 
@@ -404,6 +455,17 @@ mod tests {
             assert!(decode(p, &good[..cut]).is_err(), "cut at {cut}");
         }
         assert!(matches!(decode(p, &good[..4]), Err(KdbError::Truncated { .. })));
+        // cut inside the body: said to be cut short, with both lengths
+        let e = decode(p, &good[..good.len() - 3]).err().unwrap();
+        assert!(matches!(e, KdbError::Truncated { .. }), "{e}");
+        assert!(
+            e.to_string().contains(&format!("{} bytes where its header says {}", good.len() - 3, good.len())),
+            "{e}"
+        );
+        // a version 2 file (before the envelope) is refused, saying what to do
+        let mut b = good.clone();
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        assert!(decode(p, &b).err().unwrap().to_string().contains("version 2 is not supported"));
         // any flipped byte past the version is caught by the checksum
         for i in 12..good.len() {
             let mut b = good.clone();
@@ -416,9 +478,7 @@ mod tests {
         assert!(matches!(decode(p, &b), Err(KdbError::ChecksumMismatch { .. })));
         // a pair section cut short, under a checksum that matches: corrupt, by
         // the section's own sizes
-        let body = &good[..good.len() - 8 - 5];
-        let mut b = body.to_vec();
-        b.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(body).to_le_bytes());
+        let b = envelope::seal(&KDB, &good[HEADER..good.len() - 5]);
         assert!(matches!(decode(p, &b), Err(KdbError::Corrupt { .. })), "{:?}", decode(p, &b).err());
         // pair tables whose two orders of a pair differ (which only a file
         // made by hand could hold under a good checksum) are refused

@@ -156,7 +156,8 @@ fn deadlocks_build_without_k_builds_the_tables_a_solve_would() {
     let file = file.to_str().unwrap();
     let o = sokoshard(&["deadlocks", "build", file, "--level", "144", "-o", db, "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    let built = String::from_utf8_lossy(&o.stdout).lines().count();
+    // a line per k, then the file's
+    let built = String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.contains("\"k\"")).count();
     let o = sokoshard(&["solve", file, "--level", "144", "--json"]);
     let solved: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
     assert!(built > 2, "{built} tables");
@@ -205,9 +206,14 @@ fn deadlock_database_build_show_and_reuse() {
     let file = file.to_str().unwrap();
     let o = sokoshard(&["deadlocks", "build", file, "--level", "93", "--k", "2", "-o", db, "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    let lines: Vec<serde_json::Value> =
+    let mut lines: Vec<serde_json::Value> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 2);
+    assert_eq!(lines.len(), 3);
+    // the last names the file, its size and that nothing cut the build short
+    let wrote = lines.pop().unwrap();
+    assert_eq!(wrote["wrote"], db);
+    assert_eq!(wrote["bytes"], std::fs::metadata(db).unwrap().len());
+    assert!(wrote["stopped"].is_null(), "{wrote}");
     // level 93's 2-box game keeps backward patterns (which is where its gain comes from)
     let kept = lines[1]["forward_patterns"].as_u64().unwrap() + lines[1]["backward_patterns"].as_u64().unwrap();
     assert!(kept > 0, "{:?}", lines[1]);
@@ -515,4 +521,119 @@ fn a_stop_while_the_moves_pass_grows_its_tables_keeps_the_push_optimal_solution(
     // a cancel, not the time limit (there is none): the note says which
     assert_eq!(r.moves_note.as_deref(), Some("the moves pass was cancelled before it was done"), "{r:?}");
     assert!(verify(&level, r.solution.as_deref().unwrap()).valid);
+}
+
+#[test]
+fn an_output_path_that_is_an_input_is_refused_and_the_input_kept() {
+    // `-o` or `--output` naming the level file, or `--output` the database
+    // read, replaced it with what was written, and said nothing
+    let dir = tempfile::tempdir().unwrap();
+    let levels = dir.path().join("c.xsb");
+    std::fs::copy(repo("levels/Microban_155.xsb"), &levels).unwrap();
+    let (l, before) = (levels.to_str().unwrap(), std::fs::read(&levels).unwrap());
+    let db = dir.path().join("one.kdb");
+    let o = sokoshard(&["deadlocks", "build", l, "--level", "1", "-o", db.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let db_before = std::fs::read(&db).unwrap();
+    // the same file under another name: a symbolic link
+    let link = dir.path().join("link.xsb");
+    std::os::unix::fs::symlink(&levels, &link).unwrap();
+    let d = db.to_str().unwrap();
+    let runs: [&[&str]; 5] = [
+        &["deadlocks", "build", l, "--level", "1", "-o", l],
+        &["solve", l, "--levels", "1-2", "--output", link.to_str().unwrap()],
+        &["solve", l, "--level", "1", "--deadlocks", d, "--output", d],
+        &["solve", l, "--level", "1", "--html", l],
+        &["replay", l, "--level", "1", "--solution", "R", "--html", l],
+    ];
+    for args in runs {
+        let o = sokoshard(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("writing there would destroy it"), "{args:?}: {err}");
+        assert_eq!(std::fs::read(&levels).unwrap(), before, "{args:?}");
+        assert_eq!(std::fs::read(&db).unwrap(), db_before, "{args:?}");
+    }
+    // standard output is no file's place
+    let o = sokoshard(&["deadlocks", "build", l, "--level", "1", "-o", "-"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("-o -: this file cannot go to standard output"));
+}
+
+#[test]
+fn a_bad_database_is_one_error_before_any_level_and_files_asked_for_are_left_as_they_were() {
+    // a database that failed was read again and refused once per level, and
+    // the solve then replaced --output and --html with pages of nothing
+    let dir = tempfile::tempdir().unwrap();
+    let file = repo("levels/Microban_155.xsb");
+    let f = file.to_str().unwrap();
+    let db = dir.path().join("two.kdb");
+    let o = sokoshard(&["deadlocks", "build", f, "--level", "2", "--k", "2", "-o", db.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let good = std::fs::read(&db).unwrap();
+    let (out, page) = (dir.path().join("prev.sok"), dir.path().join("prev.html"));
+    std::fs::write(&out, "earlier solutions").unwrap();
+    std::fs::write(&page, "earlier page").unwrap();
+    let (o_, p_) = (out.to_str().unwrap(), page.to_str().unwrap());
+    let mut flipped = good.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 1;
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        ("flipped.kdb", flipped, "checksum mismatch"),
+        (
+            "cut.kdb",
+            good[..good.len() - 10].to_vec(),
+            &format!("cut short: {} bytes where its header says {}", good.len() - 10, good.len()),
+        ),
+        ("empty.kdb", Vec::new(), "cut short"),
+        ("foreign.kdb", b"#####\n#@$.#\n#####\n".repeat(10), "not a sokoshard deadlock database"),
+    ];
+    for (name, bytes, says) in &cases {
+        let bad = dir.path().join(name);
+        std::fs::write(&bad, bytes).unwrap();
+        let o = sokoshard(&[
+            "solve",
+            f,
+            "--levels",
+            "1-3",
+            "--deadlocks",
+            bad.to_str().unwrap(),
+            "--output",
+            o_,
+            "--html",
+            p_,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(says) && err.contains(name), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: one error, not one per level: {err}");
+        assert!(o.stdout.is_empty(), "{name}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier solutions", "{name}");
+        assert_eq!(std::fs::read_to_string(&page).unwrap(), "earlier page", "{name}");
+    }
+    // a device that never ends is refused at its first bytes, not read into memory
+    let o = sokoshard(&["deadlocks", "show", "/dev/zero"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/dev/zero: not a sokoshard deadlock database"));
+    // the database of level 2 with levels 1 to 3: used for 2, the others
+    // build their own tables, said once; the answers are those without it
+    let o = sokoshard(&["solve", f, "--levels", "1-3", "--deadlocks", db.to_str().unwrap(), "--json"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("holds the tables of 1 of the levels picked; the other 2 build their own"), "{err}");
+    let with: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let o = sokoshard(&["solve", f, "--levels", "1-3", "--json"]);
+    let without: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(with.len(), 3);
+    for (a, b) in with.iter().zip(&without) {
+        assert_eq!((&a["pushes"], &a["moves"]), (&b["pushes"], &b["moves"]), "{a}");
+    }
+    assert_eq!(with[1]["kpg"], 2, "level 2 used the database's two tables: {}", with[1]);
+    // a database that fits none of the levels: refused, naming the title kept in it
+    let o = sokoshard(&["solve", f, "--level", "5", "--deadlocks", db.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("built for another level") && err.contains("floor squares"), "{err}");
 }

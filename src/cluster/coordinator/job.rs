@@ -32,6 +32,10 @@ use tokio::runtime::Handle;
 /// (the client reads it to say so and exit 1).
 pub const TABLES_TIME_LIMIT: &str = "stopped by the time limit";
 
+/// How the note of a database job cancelled after its first k starts: its
+/// tables of the k finished can still be fetched.
+pub const TABLES_CANCELLED: &str = "cancelled";
+
 /// Runs job `id` to its end (or until the coordinator stops), recording the
 /// outcome in the job table and log. The solve itself is the one driver's
 /// ([`crate::engine::driver::solve`]) on a [`ClusterDeployment`].
@@ -78,6 +82,8 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         sh.set_running(id, false);
         let built_to = |stats: &[KStats]| format!("k-PG tables built for k = 1..{}", stats.last().map_or(0, |s| s.k));
         let (state, msg) = match (cancelled.load(Ordering::SeqCst), built) {
+            // the k finished are kept (`tables_for`), for the client to fetch
+            (true, Ok(Some((_, stats)))) => (State::Cancelled, format!("{TABLES_CANCELLED}: {}", built_to(&stats))),
             (true, _) => (State::Cancelled, "cancelled".to_string()),
             (false, Err(e)) => return (fail(cluster_error(e).to_string()), unload_all(sh, id, rt)).1,
             (false, Ok(None)) => (State::Failed, format!("{TABLES_TIME_LIMIT} before the 1-box game was finished")),
