@@ -139,7 +139,7 @@ fn token_of(req: &Request<Incoming>) -> Option<String> {
     if let Some(t) = h.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
         return Some(t.to_string());
     }
-    if let Some(t) = h.get("authorization").and_then(|v| v.to_str().ok()).and_then(|s| s.strip_prefix("Bearer ")) {
+    if let Some(t) = h.get("authorization").and_then(|v| v.to_str().ok()).and_then(bearer) {
         return Some(t.to_string());
     }
     req.uri().query()?.split('&').find_map(|kv| kv.strip_prefix("token=")).and_then(percent_decode)
@@ -183,9 +183,26 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// The token of an `Authorization: Bearer <token>` value; the scheme's name
+/// is case-insensitive (RFC 9110), so `bearer` is taken too.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim_start())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        // `authorization: bearer <token>` was refused as no token at all
+        for v in ["Bearer abc", "bearer abc", "BEARER  abc"] {
+            assert_eq!(bearer(v), Some("abc"), "{v}");
+        }
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer"), None);
+    }
 
     #[test]
     fn tokens_in_addresses_are_decoded() {

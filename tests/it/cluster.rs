@@ -1110,6 +1110,15 @@ fn malformed_and_oversized_requests_get_error_statuses() {
                 .max_encoding_message_size(64 << 20);
         let e = big.submit(submit("#".repeat(20 << 20))).await.unwrap_err();
         assert!(matches!(e.code(), tonic::Code::ResourceExhausted | tonic::Code::OutOfRange), "{e:?}");
+        // a title of megabytes once made every later `status` fail; two
+        // levels in one text were solved as the first alone
+        let mut r = submit("#####\n#@$.#\n#####\n".into());
+        r.title = "t".repeat(1 << 20);
+        let e = co.submit(r).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+        let e = co.submit(submit("#####\n#@$.#\n#####\n\n#####\n#.$@#\n#####\n".into())).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("holds 2 levels"), "{e:?}");
         // bad partitions
         let mut r = submit("#####\n#@$.#\n#####\n".into());
         r.options = Some(JobOptions { partitions: 3, ..Default::default() });
@@ -1155,6 +1164,22 @@ fn malformed_and_oversized_requests_get_error_statuses() {
         assert_eq!(w.deliver(tokio_stream::iter(batches)).await.unwrap_err().code(), tonic::Code::InvalidArgument);
         let batches = vec![KeyBatch { job_id: 4242, step: 1, partition: 0, count: 1 << 30, data: vec![] }];
         assert_eq!(w.deliver(tokio_stream::iter(batches)).await.unwrap_err().code(), tonic::Code::ResourceExhausted);
+        // a refused request leaves the step fence where it was: a garbage
+        // batch or an expand of a layer the worker lacks, claiming the
+        // largest step, once wedged every later step of the job
+        let batches = vec![KeyBatch { job_id: 4242, step: u64::MAX, partition: 0, count: 1, data: vec![0; 8] }];
+        assert_eq!(w.deliver(tokio_stream::iter(batches)).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+        let far = ExpandRequest { job_id: 4242, side: 0, layer: 7, step: u64::MAX, ..Default::default() };
+        assert_eq!(w.expand(far).await.unwrap_err().code(), tonic::Code::FailedPrecondition);
+        let good = |step| vec![KeyBatch { job_id: 4242, step, partition: 0, count: 0, data: vec![] }];
+        w.deliver(tokio_stream::iter(good(5))).await.unwrap();
+        // a fence set far ahead by a good one (a coordinator whose clock ran
+        // ahead, then was set back) starts again when the job is loaded again
+        w.deliver(tokio_stream::iter(good(u64::MAX - 1))).await.unwrap();
+        let e = w.deliver(tokio_stream::iter(good(6))).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Aborted, "{e:?}");
+        w.load(load.clone()).await.unwrap();
+        w.deliver(tokio_stream::iter(good(6))).await.unwrap();
         // a malformed table
         let mut bad = load.clone();
         bad.table = Some(PartitionTable { owners: vec![0, 5, 0, 1], ..table.clone() });
@@ -1380,6 +1405,43 @@ fn a_cluster_database_build_stopped_by_its_time_limit_keeps_the_k_it_finished() 
     let j = st["jobs"].as_array().unwrap().last().unwrap();
     assert_eq!(j["state"], "finished", "{j}");
     assert!(j["message"].as_str().unwrap().starts_with("stopped by the time limit"), "{j}");
+}
+
+#[test]
+fn a_cluster_database_build_interrupted_cancels_its_job_and_keeps_the_k_it_finished() {
+    // Ctrl-C or SIGTERM on `deadlocks build --coordinator` ended the client
+    // with nothing written, while the job went on running on the cluster
+    let mut c = Cluster::start(&["--min-workers", "1"], &[]);
+    c.start_worker(0);
+    c.wait_workers(1);
+    let db = c.dir.path().join("x24.kdb");
+    let file = repo("levels/XSokoban_90.xsb");
+    let child = Command::new(BIN)
+        .args(["deadlocks", "build", file.to_str().unwrap(), "--level", "24", "--k", "4", "-o"])
+        .arg(&db)
+        .args(["--coordinator", &c.addr, "--token", TOKEN])
+        .args(&c.tls)
+        .env_remove("SOKOSHARD_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // k = 1 to 3 take well under a second, the 4-box game many seconds
+    let in_k4 = |st: &serde_json::Value| {
+        st["jobs"].as_array().is_some_and(|j| j.iter().any(|j| j["message"].as_str().is_some_and(|m| m.contains("k4"))))
+    };
+    c.wait_for("the 4-box game", 60, in_k4);
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}\n{}", c.logs());
+    assert!(err.contains("cancelled") && err.contains("k = 1..3"), "{err}");
+    let show = Command::new(BIN).args(["deadlocks", "show"]).arg(&db).output().unwrap();
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(show.contains("k=3 forward") && !show.contains("k=4"), "{show}");
+    let st = c.status();
+    let j = st["jobs"].as_array().unwrap().last().unwrap();
+    assert_eq!(j["state"], "cancelled", "{j}");
 }
 
 #[test]

@@ -16,9 +16,9 @@ pub use record::{JobRecord, Kind, Settings, State};
 use super::net::{CheckToken, NetConfig, WorkerClients};
 use super::proto::coordinator_server::{Coordinator, CoordinatorServer};
 use super::proto::*;
-use super::{persist, ClusterError, MAX_LEVEL_TEXT, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use super::{persist, ClusterError, MAX_LEVEL_TEXT, MAX_MESSAGE_BYTES, MAX_QUEUED_JOBS, MAX_TITLE, PROTOCOL_VERSION};
 use crate::model::board::Board;
-use crate::model::level::parse_one;
+use crate::model::level::{parse_one, split_collection};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -356,7 +356,9 @@ fn load_jobs(data_dir: &Path) -> Result<(Vec<JobRecord>, u64), ClusterError> {
                 Ok(Some(rec)) => format!("{}: holds job {}", path.display(), rec.id),
                 Ok(None) => continue,
                 Err(ClusterError::DataLoss(why)) => why,
-                Err(e) => return Err(e),
+                // a directory or a file the coordinator may not read under a
+                // job's name fails that job alone, as damage does
+                Err(e) => e.to_string(),
             }
         };
         let kept = if live {
@@ -584,7 +586,20 @@ impl Coordinator for CoordinatorService {
             ))
             .into());
         }
+        if r.title.len() > MAX_TITLE {
+            return Err(
+                ClusterError::TooLarge(format!("a title of {} bytes (limit {MAX_TITLE})", r.title.len())).into()
+            );
+        }
         let kind = Kind::from_proto(r.kind)?;
+        // one level per job: a text of several was solved as its first alone
+        let found = split_collection(&r.level_text, "submitted level").len();
+        if found > 1 {
+            return Err(ClusterError::InvalidArgument(format!(
+                "the level text holds {found} levels; a job takes one (submit each as its own job)"
+            ))
+            .into());
+        }
         let level =
             parse_one(&r.level_text, "submitted level").map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
         Board::new(&level).map_err(|e| ClusterError::InvalidArgument(e.to_string()))?;
@@ -611,6 +626,13 @@ impl Coordinator for CoordinatorService {
             return Err(ClusterError::InvalidArgument(format!(
                 "k-PG tables are built for k = 1 to {}",
                 crate::engine::kpg::MAX_K
+            ))
+            .into());
+        }
+        let queued = self.sh.lock_jobs().values().filter(|e| !terminal(e.rec.state)).count();
+        if queued >= MAX_QUEUED_JOBS {
+            return Err(ClusterError::TooLarge(format!(
+                "{queued} jobs are queued or running (limit {MAX_QUEUED_JOBS}); wait for some to finish"
             ))
             .into());
         }
@@ -912,5 +934,18 @@ mod tests {
         std::fs::write(dir.path().join("jobs/6.job.corrupt"), b"torn").unwrap();
         let (jobs, next) = load_jobs(dir.path()).unwrap();
         assert_eq!((jobs.last().unwrap().id, jobs.last().unwrap().state, next), (6, State::Failed, 7));
+    }
+
+    #[test]
+    fn a_directory_under_a_jobs_name_fails_that_job_alone_and_the_coordinator_starts() {
+        // it stopped the coordinator's start: "reading jobs/11.job: Is a directory"
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("jobs/11.job")).unwrap();
+        persist::write(&job_path(dir.path(), 1), RECORD_MAGIC, RECORD_VERSION, &record(1)).unwrap();
+        let (jobs, next) = load_jobs(dir.path()).unwrap();
+        let states: Vec<(u64, State)> = jobs.iter().map(|r| (r.id, r.state)).collect();
+        assert_eq!((states, next), (vec![(1, State::Queued), (11, State::Failed)], 12));
+        assert!(jobs[1].message.contains("11.job"), "{}", jobs[1].message);
+        assert!(dir.path().join("jobs/11.job.corrupt").is_dir());
     }
 }

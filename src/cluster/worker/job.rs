@@ -117,6 +117,10 @@ pub trait WorkerJob: Send + Sync {
         sinks: Vec<Option<PeerSink>>,
         only: &[u32],
     ) -> Result<ExpandReply, ClusterError>;
+    /// Whether `layer` of `side` may be expanded now (see [`WorkerJob::expand`]):
+    /// checked before the request's step is entered, so that a refused
+    /// request leaves the step fence where it was.
+    fn can_expand(&self, side: Side, layer: usize, rebuild: bool) -> Result<(), ClusterError>;
     /// Takes one delivered batch; returns its key count.
     fn deliver(&self, batch: &KeyBatch) -> Result<u64, ClusterError>;
     fn merge(&self, side: Side, step: u64, check_other: bool) -> Result<MergeReply, ClusterError>;
@@ -464,14 +468,8 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         sinks: Vec<Option<PeerSink>>,
         only: &[u32],
     ) -> Result<ExpandReply, ClusterError> {
-        let have = self.store.layers(side);
         let rebuild = !only.is_empty();
-        if layer >= have || (!rebuild && layer + 1 != have) {
-            return Err(ClusterError::FailedPrecondition(format!(
-                "expand of {} layer {layer}, but this worker holds {have} layers",
-                side.name()
-            )));
-        }
+        self.can_expand(side, layer, rebuild)?;
         let counters = SendCounters::default();
         let owners = self.owners();
         let routed = if rebuild {
@@ -499,8 +497,18 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         })
     }
 
+    fn can_expand(&self, side: Side, layer: usize, rebuild: bool) -> Result<(), ClusterError> {
+        let have = self.store.layers(side);
+        if layer >= have || (!rebuild && layer + 1 != have) {
+            return Err(ClusterError::FailedPrecondition(format!(
+                "expand of {} layer {layer}, but this worker holds {have} layers",
+                side.name()
+            )));
+        }
+        Ok(())
+    }
+
     fn deliver(&self, batch: &KeyBatch) -> Result<u64, ClusterError> {
-        self.enter(batch.step)?;
         let owners = self.owners();
         let p = batch.partition as usize;
         if p >= owners.len() {
@@ -511,6 +519,10 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         if let Some(k) = keys.iter().find(|k| self.partitioner.of(*k) != p) {
             return Err(ClusterError::InvalidArgument(format!("key {k:?} does not belong to partition {p}")));
         }
+        // only a batch found good moves the step fence: a refused one (a
+        // peer's bug, a hostile request) once set it past every step the
+        // coordinator would send, and the job stalled for good
+        self.enter(batch.step)?;
         let n = keys.len() as u64;
         self.exchange.send(p, keys)?;
         Ok(n)
@@ -548,8 +560,13 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
     }
 
     fn abort(&self) {
-        let s = self.step.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.step.lock().unwrap_or_else(|e| e.into_inner());
         s.cancel.store(true, Ordering::SeqCst);
+        // the coordinator that aborts a step or loads the job again numbers
+        // the steps from here: one restarted with its clock behind, or a
+        // request that set the fence far ahead, never wedges the job
+        s.id = 0;
+        s.cancel = Arc::new(AtomicBool::new(false));
         self.exchange.clear();
         self.store.abort_layer(Side::Forward);
         self.store.abort_layer(Side::Backward);

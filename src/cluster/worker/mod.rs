@@ -364,6 +364,7 @@ impl Worker for WorkerService {
         let r = req.into_inner();
         let side = side_of(r.side)?;
         let j = self.job(r.job_id)?;
+        j.can_expand(side, r.layer as usize, !r.only.is_empty())?;
         let cancel = j.enter(r.step)?;
         let table = j.table();
         let me = j.me() as usize;
