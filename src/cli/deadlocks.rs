@@ -144,9 +144,12 @@ fn stored_text(level: &sokoshard::model::level::Level) -> String {
     }
 }
 
-/// Woken by Ctrl-C, SIGTERM or SIGHUP during a build on a cluster (a stored
+/// Woken by Ctrl-C during a build on a cluster (a stored
 /// permit, so a signal before the wait starts still counts).
 static CLUSTER_STOP: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Set by the first Ctrl-C of a build on a cluster.
+static CLUSTER_STOPPING: AtomicBool = AtomicBool::new(false);
 
 /// Raised by Ctrl-C, SIGTERM, SIGHUP or `--timeout` during a local build.
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -176,8 +179,16 @@ fn build_on_cluster(
                 b.set_message(format!("{}: {}", v.state, v.message));
             }
         };
-        // Ctrl-C, SIGTERM or SIGHUP cancel the job, which keeps the k finished
-        super::on_stop_signals(super::StopOn::InterruptTermAndHangUp, || CLUSTER_STOP.notify_one());
+        // Ctrl-C cancels the job, which keeps the k finished, as it cancels
+        // `submit`'s (a hang-up or SIGTERM ends the client alone: the job
+        // goes on); a second Ctrl-C ends the client while it waits
+        super::on_stop_signals(super::StopOn::Interrupt, || {
+            if CLUSTER_STOPPING.swap(true, Ordering::SeqCst) {
+                errln!("interrupted again: the job may still be cancelling on the cluster");
+                std::process::exit(130);
+            }
+            CLUSTER_STOP.notify_one();
+        });
         c.build_tables(&text, &level.title, level.index as u32, how, on_update, CLUSTER_STOP.notified()).await
     })?;
     let (bytes, stats) = (built.kdb, built.stats);

@@ -250,7 +250,12 @@ pub fn write_whole(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
 /// to call it): writing it would destroy them.
 pub fn check_output(flag: &str, path: &Path, others: &[(&str, &Path)]) -> Result<()> {
     // standard output carries the command's report: a file goes to a path
-    anyhow::ensure!(path.as_os_str() != "-", "{flag} -: this file cannot go to standard output; give it a path");
+    let stdout = sokoshard::storage::files::same_file(path, Path::new("/dev/stdout"));
+    anyhow::ensure!(
+        path.as_os_str() != "-" && !stdout,
+        "{flag} {}: this file cannot go to standard output, which carries the report; give it a path",
+        path.display()
+    );
     if let Some((what, _)) = others.iter().find(|(_, p)| sokoshard::storage::files::same_file(path, p)) {
         bail!("{flag} {}: that is {what}; writing there would destroy it", path.display());
     }

@@ -343,10 +343,13 @@ fn solve_one(
     let mut opts = opts.clone();
     opts.deadline = timeout.and_then(sokoshard::engine::search::deadline_in);
     opts.tables = match (tables.file, tables.kpg) {
-        (Some((path, file)), kpg) => match kdb::bind(path, file.clone(), board.clone()) {
+        // another level's database: said once before the first level
+        // (`read_database`), and matched before the tables are copied
+        (Some((path, file)), kpg) if kdb::check_level(path, file, &board).is_err() => {
+            TableSource::Build(kpg.map_or(KChoice::Auto, KChoice::UpTo))
+        }
+        (Some((path, file)), _) => match kdb::bind(path, file.clone(), board.clone()) {
             Ok(t) => TableSource::Given(Arc::new(t)),
-            // said once before the first level (`read_database`)
-            Err(kdb::KdbError::WrongLevel { .. }) => TableSource::Build(kpg.map_or(KChoice::Auto, KChoice::UpTo)),
             Err(e) => {
                 outcome.error = Some(e.to_string());
                 return outcome;

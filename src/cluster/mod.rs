@@ -25,7 +25,8 @@ pub(crate) mod proto {
 pub use error::ClusterError;
 
 /// Bumped on any incompatible change of `proto/sokoshard.proto` or its meaning.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 4: `.kdb` bytes (a job's tables) in the shared envelope; `AbortRequest.step`.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest gRPC message any node encodes or accepts. A successor batch is at most
 /// 65536 keys (8 MiB of raw 1024-bit keys, far less once delta coded); a level

@@ -1,10 +1,11 @@
 //! The shared envelope of sokoshard's whole-file records (the moves pass's
-//! tape files, the cluster's job records and checkpoints): `magic (8) |
+//! tape files, durable layer packs, `.kdb` databases, the cluster's job
+//! records and checkpoints): `magic (8) |
 //! version u32 | body length u64 | xxh3-64 of the body u64 | body`, all
 //! little-endian. [`open`] checks each part in that order and says which one
 //! failed, so a torn, foreign or corrupted file is reported, never half-read.
-//! The shard, manifest and `.kdb` formats predate it and keep their own
-//! layouts (magic, version and checksum all the same).
+//! The shard and manifest formats predate it and keep their own layouts
+//! (magic, version and checksum all the same).
 
 use xxhash_rust::xxh3::xxh3_64;
 

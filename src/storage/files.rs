@@ -32,10 +32,24 @@ fn is_a_directory() -> io::Error {
     io::Error::other("it is a directory")
 }
 
-/// Where a write to `path` goes: `path`, or the file its symbolic links
-/// lead to (a dangling link: the file it names, created), and whether that
-/// is a device or a pipe written in place.
-fn target(path: &Path) -> io::Result<(PathBuf, bool)> {
+/// Where a write to `path` goes: the file its symbolic links lead to (as
+/// the kernel resolves them; a dangling link: the file it names, created),
+/// and how: in place for a device, a pipe or a socket (`Some(is a FIFO)`),
+/// else through a temporary file and a rename (`None`).
+fn target(path: &Path) -> io::Result<(PathBuf, Option<bool>)> {
+    use std::os::unix::fs::FileTypeExt;
+    match fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(is_a_directory()),
+        Ok(m) if !m.is_file() => Ok((path.to_path_buf(), Some(m.file_type().is_fifo()))),
+        Ok(_) => Ok((fs::canonicalize(path)?, None)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((dangling(path)?, None)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The file a path that does not exist will create: itself, or the end of
+/// its chain of dangling symbolic links.
+fn dangling(path: &Path) -> io::Result<PathBuf> {
     let mut at = path.to_path_buf();
     for _ in 0..40 {
         match fs::symlink_metadata(&at) {
@@ -46,10 +60,7 @@ fn target(path: &Path) -> io::Result<(PathBuf, bool)> {
                     _ => next,
                 };
             }
-            Ok(m) if m.is_dir() => return Err(is_a_directory()),
-            Ok(m) => return Ok((at, !m.is_file())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((at, false)),
-            Err(e) => return Err(e),
+            _ => return Ok(at),
         }
     }
     Err(io::Error::other("too many levels of symbolic links"))
@@ -70,8 +81,12 @@ fn create(tmp: &Path) -> io::Result<fs::File> {
 /// created beside it (created and removed at once; `path` itself is untouched).
 pub fn check_writable(path: &Path) -> io::Result<()> {
     let (at, in_place) = target(path)?;
-    if in_place {
-        return fs::OpenOptions::new().write(true).open(&at).map(drop);
+    match in_place {
+        // opening a pipe would wait for its reader, and closing it at once
+        // would end the reader's input: it is written to at the end alone
+        Some(true) => return Ok(()),
+        Some(false) => return fs::OpenOptions::new().write(true).open(&at).map(drop),
+        None => {}
     }
     let tmp = unique_tmp(&at);
     create(&tmp)?;
@@ -84,7 +99,7 @@ pub fn check_writable(path: &Path) -> io::Result<()> {
 pub fn write_whole(path: &Path, contents: &[u8]) -> io::Result<()> {
     use std::io::Write;
     let (at, in_place) = target(path)?;
-    if in_place {
+    if in_place.is_some() {
         return fs::OpenOptions::new().write(true).open(&at)?.write_all(contents);
     }
     let tmp = unique_tmp(&at);

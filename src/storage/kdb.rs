@@ -206,6 +206,10 @@ fn envelope_error(path: &Path, e: EnvelopeError) -> KdbError {
 /// Parses and validates a database from bytes.
 pub fn decode(path: &Path, bytes: &[u8]) -> Result<KdbFile, KdbError> {
     let corrupt = |reason: String| KdbError::Corrupt { path: path.to_path_buf(), reason };
+    // a few bytes that do not begin the magic are another file, not a cut one
+    if !KDB.magic.starts_with(&bytes[..bytes.len().min(8)]) {
+        return Err(KdbError::BadMagic { path: path.to_path_buf() });
+    }
     let body = envelope::open(&KDB, bytes).map_err(|e| envelope_error(path, e))?;
     let mut r = Reader { buf: body, pos: 0, path };
     let fingerprint = r.u64()?;
@@ -363,6 +367,12 @@ pub fn read(path: &Path) -> Result<KdbFile, KdbError> {
     if bytes[..8] != KDB.magic {
         return Err(KdbError::BadMagic { path: path.to_path_buf() });
     }
+    // the version before the length: in a file of an earlier format these
+    // bytes are no length at all
+    let found = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if found != KDB_VERSION {
+        return Err(KdbError::UnsupportedVersion { path: path.to_path_buf(), found, expected: KDB_VERSION });
+    }
     let stated = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
     if stated > MAX_KDB_BYTES {
         return Err(KdbError::Corrupt {
@@ -430,6 +440,24 @@ mod tests {
     }
 
     #[test]
+    fn a_file_of_the_format_before_the_envelope_is_read_as_an_older_version() {
+        // its bytes 12..20 are the level fingerprint, which `read` once took
+        // for the body's length and refused as over the size limit
+        let t = tables(LEVEL);
+        let mut old = Vec::new();
+        old.extend_from_slice(&KDB.magic);
+        old.extend_from_slice(&2u32.to_le_bytes());
+        old.extend_from_slice(&u64::MAX.to_le_bytes());
+        old.extend_from_slice(&encode(&t, LEVEL)[HEADER + 8..]);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v2.kdb");
+        std::fs::write(&p, &old).unwrap();
+        let e = read(&p).err().unwrap();
+        assert!(matches!(e, KdbError::UnsupportedVersion { found: 2, .. }), "{e}");
+        assert!(e.to_string().contains("build it again"), "{e}");
+    }
+
+    #[test]
     fn every_kind_of_corruption_is_refused() {
         let t = tables(LEVEL);
         let good = encode(&t, LEVEL);
@@ -466,6 +494,8 @@ mod tests {
         let mut b = good.clone();
         b[8..12].copy_from_slice(&2u32.to_le_bytes());
         assert!(decode(p, &b).err().unwrap().to_string().contains("version 2 is not supported"));
+        // a few bytes of another file are not a cut database
+        assert!(matches!(decode(p, b"abc"), Err(KdbError::BadMagic { .. })));
         // any flipped byte past the version is caught by the checksum
         for i in 12..good.len() {
             let mut b = good.clone();

@@ -1180,6 +1180,16 @@ fn malformed_and_oversized_requests_get_error_statuses() {
         assert_eq!(e.code(), tonic::Code::Aborted, "{e:?}");
         w.load(load.clone()).await.unwrap();
         w.deliver(tokio_stream::iter(good(6))).await.unwrap();
+        // an abort names its step: a late one for an older step leaves the
+        // current one be; an aborted step refuses its late batches
+        w.deliver(tokio_stream::iter(good(7))).await.unwrap();
+        w.abort(AbortRequest { job_id: 4242, step: 6 }).await.unwrap();
+        w.deliver(tokio_stream::iter(good(7))).await.unwrap();
+        w.abort(AbortRequest { job_id: 4242, step: 7 }).await.unwrap();
+        let e = w.deliver(tokio_stream::iter(good(7))).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Aborted, "{e:?}");
+        assert!(e.message().contains("step 7 was aborted"), "{e:?}");
+        w.deliver(tokio_stream::iter(good(8))).await.unwrap();
         // a malformed table
         let mut bad = load.clone();
         bad.table = Some(PartitionTable { owners: vec![0, 5, 0, 1], ..table.clone() });
@@ -1220,7 +1230,7 @@ fn a_worker_port_refuses_wrong_tokens_and_oversized_loads() {
         let e = wrong.hello(hello()).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
         assert!(e.message().contains("wrong cluster token"), "{}", e.message());
-        let e = wrong.abort(AbortRequest { job_id: 1 }).await.unwrap_err();
+        let e = wrong.abort(AbortRequest { job_id: 1, step: 0 }).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
         // the right token, a load over the level limit, and one over the message limit
         let net = NetConfig::new(TOKEN);

@@ -446,13 +446,15 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
 
     /// Drops a failed step on every node that answers.
     pub(super) fn abort_all(&self) {
-        let id = self.id;
+        // the step that failed: an abort that arrives after the job moved on
+        // (past its 5 s) leaves the newer step alone
+        let (id, step) = (self.id, self.step_id);
         self.rt.block_on(async {
             let mut hs = Vec::new();
             for addr in &self.addresses {
                 if let Ok(mut c) = self.sh.clients.get(addr) {
                     hs.push(tokio::spawn(async move {
-                        tokio::time::timeout(Duration::from_secs(5), c.abort(AbortRequest { job_id: id })).await
+                        tokio::time::timeout(Duration::from_secs(5), c.abort(AbortRequest { job_id: id, step })).await
                     }));
                 }
             }

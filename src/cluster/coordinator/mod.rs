@@ -356,9 +356,13 @@ fn load_jobs(data_dir: &Path) -> Result<(Vec<JobRecord>, u64), ClusterError> {
                 Ok(Some(rec)) => format!("{}: holds job {}", path.display(), rec.id),
                 Ok(None) => continue,
                 Err(ClusterError::DataLoss(why)) => why,
-                // a directory or a file the coordinator may not read under a
-                // job's name fails that job alone, as damage does
-                Err(e) => e.to_string(),
+                // a directory under a job's name fails that job alone, as
+                // damage does; any other error (no permission, the disk)
+                // stops the start, naming the record, and loses no job
+                Err(ClusterError::Io { what, source }) if source.kind() == std::io::ErrorKind::IsADirectory => {
+                    format!("{what}: {source}")
+                }
+                Err(e) => return Err(e),
             }
         };
         let kept = if live {

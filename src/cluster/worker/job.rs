@@ -126,7 +126,13 @@ pub trait WorkerJob: Send + Sync {
     fn merge(&self, side: Side, step: u64, check_other: bool) -> Result<MergeReply, ClusterError>;
     fn seal(&self, side: Side, step: u64, layer: usize) -> Result<SealReply, ClusterError>;
     /// Drops the partial layer and buffered successors; stops a running expand.
-    fn abort(&self);
+    /// Aborts `step` (`None`: the current one) if it is still the current
+    /// one: stops its work, drops its partial layer and successors, and
+    /// refuses its late batches and its merge.
+    fn abort(&self, step: Option<u64>);
+    /// Aborts the current step and starts the step fence again: the
+    /// coordinator loads the job afresh.
+    fn reload(&self);
     fn lookup(&self, side: Side, layer: usize, keys: &[u8]) -> Result<Vec<bool>, ClusterError>;
     /// The keys of this worker's partitions in both forward layer `forward`
     /// and backward layer `backward`, as key bytes (empty when more than
@@ -224,6 +230,9 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
 struct StepState {
     id: u64,
     cancel: Arc<AtomicBool>,
+    /// The step `id` was aborted: its batches and its merge are refused
+    /// until a newer step (or a reload of the job) starts.
+    dead: bool,
 }
 
 struct TypedJob<K: StateKey> {
@@ -326,7 +335,7 @@ impl<K: StateKey> TypedJob<K> {
             mine,
             store,
             exchange,
-            step: Mutex::new(StepState { id: 0, cancel: Arc::new(AtomicBool::new(false)) }),
+            step: Mutex::new(StepState { id: 0, cancel: Arc::new(AtomicBool::new(false)), dead: false }),
             store_memory: AtomicU64::new(0),
             store_disk: AtomicU64::new(0),
         }
@@ -353,9 +362,12 @@ impl<K: StateKey> TypedJob<K> {
     }
 
     fn check_step(&self, step: u64) -> Result<(), ClusterError> {
-        let cur = self.step.lock().unwrap_or_else(|e| e.into_inner()).id;
-        if cur != step {
-            return Err(ClusterError::Stale(format!("step {step} is not the current step {cur}")));
+        let s = self.step.lock().unwrap_or_else(|e| e.into_inner());
+        if s.id != step {
+            return Err(ClusterError::Stale(format!("step {step} is not the current step {}", s.id)));
+        }
+        if s.dead {
+            return Err(ClusterError::Stale(format!("step {step} was aborted")));
         }
         Ok(())
     }
@@ -421,11 +433,15 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         if step < s.id {
             return Err(ClusterError::Stale(format!("step {step} is older than the current step {}", s.id)));
         }
+        if step == s.id && s.dead {
+            return Err(ClusterError::Stale(format!("step {step} was aborted")));
+        }
         if step > s.id {
             // a new step: whatever an older one left behind is void
             s.cancel.store(true, Ordering::SeqCst);
             s.id = step;
             s.cancel = Arc::new(AtomicBool::new(false));
+            s.dead = false;
             self.exchange.clear();
             self.store.abort_layer(Side::Forward);
             self.store.abort_layer(Side::Backward);
@@ -559,17 +575,29 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         Ok(SealReply { memory_bytes: b.memory, disk_bytes: b.disk })
     }
 
-    fn abort(&self) {
+    fn abort(&self, step: Option<u64>) {
         let mut s = self.step.lock().unwrap_or_else(|e| e.into_inner());
+        if step.is_some_and(|st| st != s.id) {
+            // an older step's failure or abort: the current one goes on
+            return;
+        }
         s.cancel.store(true, Ordering::SeqCst);
-        // the coordinator that aborts a step or loads the job again numbers
-        // the steps from here: one restarted with its clock behind, or a
-        // request that set the fence far ahead, never wedges the job
-        s.id = 0;
         s.cancel = Arc::new(AtomicBool::new(false));
+        // late batches of the step cannot fill it again, nor its merge seal a part
+        s.dead = true;
         self.exchange.clear();
         self.store.abort_layer(Side::Forward);
         self.store.abort_layer(Side::Backward);
+    }
+
+    fn reload(&self) {
+        self.abort(None);
+        // the coordinator that loads the job again numbers the steps from
+        // here: one restarted with its clock behind, or a request that set
+        // the fence far ahead, never wedges the job
+        let mut s = self.step.lock().unwrap_or_else(|e| e.into_inner());
+        s.id = 0;
+        s.dead = false;
     }
 
     fn lookup(&self, side: Side, layer: usize, keys: &[u8]) -> Result<Vec<bool>, ClusterError> {

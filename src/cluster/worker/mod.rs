@@ -312,8 +312,9 @@ impl Worker for WorkerService {
                 && t.owners == table.owners
                 && j.me() == me
             {
-                // the job is here as asked: drop any partial step, take new addresses
-                j.abort();
+                // the job is here as asked: drop any partial step, start the
+                // step fence again, take new addresses
+                j.reload();
                 j.set_addresses(table.addresses);
                 tracing::info!(job = r.job_id, forward = want[0], backward = want[1], "job kept");
                 return Ok(Response::new(LoadReply {
@@ -322,7 +323,7 @@ impl Worker for WorkerService {
                     backward_layers: want[1] as u32,
                 }));
             }
-            j.abort();
+            j.abort(None);
         }
         self.replace_job(None, None);
         let spec = JobSpec {
@@ -402,13 +403,14 @@ impl Worker for WorkerService {
         }
         let jj = j.clone();
         let layer = r.layer as usize;
-        let only = r.only;
-        let res = run_cpu(move || jj.expand(side, layer, r.step, &cancel, sinks, &only)).await;
+        let (only, step) = (r.only, r.step);
+        let res = run_cpu(move || jj.expand(side, layer, step, &cancel, sinks, &only)).await;
         for (addr, t) in tasks {
             match t.await {
                 Ok(Ok(_)) => {}
                 Ok(Err(status)) => {
-                    j.abort();
+                    // this step's, if it is still the current one
+                    j.abort(Some(step));
                     return Err(rpc_err("delivering successors", &addr, status).into());
                 }
                 Err(e) => return Err(ClusterError::Internal(format!("delivery task: {e}")).into()),
@@ -467,8 +469,9 @@ impl Worker for WorkerService {
     }
 
     async fn abort(&self, req: Request<AbortRequest>) -> R<AbortReply> {
-        if let Ok(j) = self.job(req.get_ref().job_id) {
-            j.abort();
+        let r = req.get_ref();
+        if let Ok(j) = self.job(r.job_id) {
+            j.abort((r.step != 0).then_some(r.step));
         }
         Ok(Response::new(AbortReply {}))
     }
