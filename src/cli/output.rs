@@ -107,6 +107,9 @@ pub fn print_level(
                 outln!("  bounds: {}", steps.join(", "))?;
             }
             outln!("  states: {} stored, {} generated; {}", r.states, r.generated, super::secs(r.seconds))?;
+            if let Some(db) = &r.tables_file {
+                outln!("  tables: k = 1..{} read from {db}", r.kpg)?;
+            }
             if r.moves_seconds > 0.0 {
                 // a pass stopped before it counted them has no count to give
                 let optimal = if r.moves_note.is_some() && r.optimal_states == 0 {

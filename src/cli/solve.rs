@@ -365,6 +365,10 @@ fn solve_one(
     let table_progress = KProgress::new(label.clone());
     let progress = LayerProgress::new(label);
     let observers = Observers { tables: &table_progress, search: &progress };
+    let read_from = match &opts.tables {
+        TableSource::Given(_) => tables.file.map(|(path, _)| path.display().to_string()),
+        _ => None,
+    };
     let result = pool.install(|| solve_local_observed(board, &opts, &cancel, &observers));
     table_progress.finish();
     progress.finish();
@@ -374,6 +378,7 @@ fn solve_one(
             if r.status == Status::Timeout && INTERRUPTED.load(Ordering::SeqCst) {
                 r.reason = Some("interrupted".into());
             }
+            r.tables_file = read_from;
             outcome.report = Some(r)
         }
         Err(e) => outcome.error = Some(e.to_string()),

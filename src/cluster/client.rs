@@ -124,6 +124,7 @@ fn report_of(r: &SolveResult) -> SolveReport {
     };
     SolveReport {
         storage: None,
+        tables_file: None,
         iterations: r
             .iterations
             .iter()

@@ -184,6 +184,10 @@ pub struct SolveReport {
     /// The bounded search: each iteration's bound and cost, when it ran.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub iterations: Vec<BoundIteration>,
+    /// The database the k-PG tables were read from (`solve --deadlocks`), as
+    /// the user named it; none when the solve built its own.
+    #[serde(rename = "deadlocks", skip_serializing_if = "Option::is_none", default)]
+    pub tables_file: Option<String>,
     /// Disk use of a budgeted solve, as fields of the report's own.
     #[serde(flatten)]
     pub storage: Option<StorageReport>,
@@ -219,6 +223,7 @@ impl SolveReport {
             moves_disk_bytes: 0,
             moves_note: None,
             iterations: Vec::new(),
+            tables_file: None,
             storage: None,
         }
     }

@@ -636,6 +636,12 @@ fn a_bad_database_is_one_error_before_any_level_and_files_asked_for_are_left_as_
         assert_eq!((&a["pushes"], &a["moves"]), (&b["pushes"], &b["moves"]), "{a}");
     }
     assert_eq!(with[1]["kpg"], 2, "level 2 used the database's two tables: {}", with[1]);
+    // and says where they came from; the others built their own
+    assert_eq!(with[1]["deadlocks"], db.to_str().unwrap(), "{}", with[1]);
+    assert!(with[0].get("deadlocks").is_none() && with[2].get("deadlocks").is_none(), "{}", with[0]);
+    let o = sokoshard(&["solve", f, "--level", "2", "--deadlocks", db.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains(&format!("  tables: k = 1..2 read from {}", db.display())), "{said}");
     // a database that fits none of the levels: refused, naming the title kept in it
     let o = sokoshard(&["solve", f, "--level", "5", "--deadlocks", db.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
