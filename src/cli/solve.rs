@@ -410,6 +410,11 @@ fn write_sok(path: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
         if titled {
             s.push_str(&format!("Title: {}\n", o.text.title));
         }
+        // the level's other fields as read (Author:, a Comment: block)
+        for line in &o.text.fields {
+            s.push_str(line);
+            s.push('\n');
+        }
         if let Some(r) = &o.report {
             if let (Some(sol), Some(p), Some(m)) = (&r.solution, r.pushes, r.moves) {
                 s.push_str(&format!("Solution (moves {m}, pushes {p})\n{sol}\n"));

@@ -22,6 +22,10 @@ pub struct LevelText {
     pub source: String,
     /// Board rows with their 1-based line numbers in the source (RLE already expanded).
     pub rows: Vec<(usize, String)>,
+    /// The header fields after the board other than its title (`Author: ...`,
+    /// a `Comment:` ... `Comment-End:` block), as their lines, so that a
+    /// file written from the collection keeps them.
+    pub fields: Vec<String>,
     /// Row-level syntax problem found while splitting (reported by [`LevelText::parse`]).
     syntax_error: Option<(usize, LevelErrorKind)>,
 }
@@ -281,6 +285,7 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
             title: pending_title.take().unwrap_or_else(|| format!("#{index}")),
             source: source.to_string(),
             rows: std::mem::take(rows),
+            fields: Vec::new(),
             syntax_error: syntax_error.take(),
         });
         true
@@ -292,11 +297,18 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
         let in_block = !rows.is_empty();
         if in_comment {
             let field = header_field(line.trim());
+            let keep = after_level.then_some(()).and(out.last_mut());
             if matches!(field.as_deref(), Some("comment-end" | "comment_end")) {
                 in_comment = false;
+                if let Some(last) = keep {
+                    last.fields.push(printable(line.trim()));
+                }
                 continue;
             }
             if !line.trim_start().starts_with('#') {
+                if let Some(last) = keep {
+                    last.fields.push(printable(line));
+                }
                 continue;
             }
             in_comment = false; // a board: the block was never closed
@@ -357,10 +369,17 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
         }
         if field.as_deref() == Some("comment") && t.split_once(':').is_some_and(|(_, v)| v.trim().is_empty()) {
             in_comment = true;
+            if let Some(last) = after_level.then_some(()).and(out.last_mut()) {
+                last.fields.push(printable(t));
+            }
             continue;
         }
         if after_level && field.is_some() {
-            // other header fields after a level (Author:, Comment:) are not titles
+            // other header fields after a level (Author:, Comment:) are not
+            // titles: they are the level's, kept for files written from it
+            if let Some(last) = out.last_mut() {
+                last.fields.push(printable(t));
+            }
             continue;
         }
         let title = t.trim_start_matches(';').trim();
@@ -537,6 +556,17 @@ mod tests {
         // a comment title before and a Title: field right after: the field wins
         let v = split_collection("; 1\n#####\n#@$.#\n#####\nTitle: Tiny\n", "x");
         assert_eq!(v[0].title, "Tiny");
+    }
+
+    #[test]
+    fn a_levels_other_fields_are_kept_as_read() {
+        // `solve --output` wrote a collection without its authors and comments
+        let t = "#####\n#@$.#\n#####\nTitle: Tiny\nAuthor: me\nComment:\nvery hard one\n  really\nComment-End:\n\n#####\n#.$@#\n#####\nAuthor: you\nDate: 2026\n";
+        let v = split_collection(t, "x");
+        assert_eq!(v[0].fields, ["Author: me", "Comment:", "very hard one", "  really", "Comment-End:"]);
+        assert_eq!(v[1].fields, ["Author: you", "Date: 2026"]);
+        // fields before any board belong to no level
+        assert!(split_collection("Author: nobody\n#####\n#@$.#\n#####\n", "x")[0].fields.is_empty());
     }
 
     #[test]

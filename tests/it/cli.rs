@@ -285,6 +285,24 @@ fn the_output_file_of_untitled_levels_reads_back() {
 }
 
 #[test]
+fn the_output_file_keeps_each_levels_author_and_comments() {
+    // `--output` dropped every field but the title
+    let dir = tempfile::tempdir().unwrap();
+    let (level, out) = (dir.path().join("fields.xsb"), dir.path().join("solved.sok"));
+    let text = "#####\n#@$.#\n#####\nTitle: Tiny\nAuthor: me\nComment:\nvery easy\nComment-End:\n\n######\n#@$ .#\n######\nAuthor: you\n";
+    std::fs::write(&level, text).unwrap();
+    let o = sokoshard(&["solve", level.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let written = std::fs::read_to_string(&out).unwrap();
+    assert!(written.contains("Title: Tiny\nAuthor: me\nComment:\nvery easy\nComment-End:\nSolution"), "{written}");
+    assert!(written.contains("Author: you\nSolution"), "{written}");
+    // and reads back with the same levels, titles and fields
+    let back = sokoshard::model::level::split_collection(&written, "back");
+    assert_eq!(back.len(), 2);
+    assert_eq!((back[0].title.as_str(), back[0].fields.len(), back[1].fields.len()), ("Tiny", 4, 1));
+}
+
+#[test]
 fn output_files_that_cannot_be_written_are_refused_before_the_work_and_leave_nothing_behind() {
     // the paths were once tried only after the solve, and a directory given
     // as the file left `<dir>.tmp` behind
