@@ -70,7 +70,10 @@ impl Level {
                     _ => ' ',
                 });
             }
-            s.push_str(row.trim_end());
+            // a row with nothing on it (two parts of a level apart) as one
+            // floor square outside the walls: a blank line would end the level
+            let row = row.trim_end();
+            s.push_str(if row.is_empty() { "-" } else { row });
             s.push('\n');
         }
         s
@@ -402,15 +405,18 @@ impl LevelText {
         if let Some((line, kind)) = &self.syntax_error {
             return Err(self.err(*line, kind.clone()));
         }
-        let first_line = self.rows.first().map(|r| r.0).unwrap_or(0);
-        // drop trailing empty rows produced by a final '|'
+        // drop empty rows at either end, produced by a '|' that starts or
+        // ends a line: written back they would be blank lines, which read as
+        // no row at all (the same level on another grid)
         let mut rows: Vec<&(usize, String)> = self.rows.iter().collect();
         while rows.last().is_some_and(|r| r.1.trim().is_empty()) {
             rows.pop();
         }
-        if rows.is_empty() {
-            return Err(self.err(first_line, LevelErrorKind::Empty));
-        }
+        let lead = rows.iter().take_while(|r| r.1.trim().is_empty()).count();
+        rows.drain(..lead);
+        let Some(first_line) = rows.first().map(|r| r.0) else {
+            return Err(self.err(self.rows.first().map_or(0, |r| r.0), LevelErrorKind::Empty));
+        };
         let height = rows.len();
         let width = rows.iter().map(|r| r.1.chars().count()).max().unwrap_or(0);
         if width > MAX_SIDE || height > MAX_SIDE {
@@ -556,6 +562,31 @@ mod tests {
         // a comment title before and a Title: field right after: the field wins
         let v = split_collection("; 1\n#####\n#@$.#\n#####\nTitle: Tiny\n", "x");
         assert_eq!(v[0].title, "Tiny");
+    }
+
+    #[test]
+    fn empty_rows_from_bars_write_back_as_the_same_level() {
+        // found by the `levels` fuzz target: "| ######" made an empty first
+        // row, which `to_xsb` wrote as a blank line and the reader then
+        // dropped, so the level came back on a grid one row shorter
+        let text = "| ######\n##    #\n#  ## #\n# # $ #\n#  * .#\n## #@##\n #   #\n #####\n";
+        let level = parse_one(text, "x").unwrap();
+        assert_eq!((level.width, level.height), (7, 8));
+        let again = parse_one(&level.to_xsb(), "again").unwrap();
+        assert_eq!(
+            (&again.walls, &again.goals, &again.boxes, again.player),
+            (&level.walls, &level.goals, &level.boxes, level.player)
+        );
+        // an empty row inside the level is written as a row, not a blank line
+        // that split the level written back in two
+        let level = parse_one("#####|#@$.#|#####||#####|#   #|#####\n", "x").unwrap();
+        let written = level.to_xsb();
+        assert_eq!(split_collection(&written, "again").len(), 1, "{written}");
+        let again = parse_one(&written, "again").unwrap();
+        assert_eq!(
+            (&again.walls, &again.goals, &again.boxes, again.player),
+            (&level.walls, &level.goals, &level.boxes, level.player)
+        );
     }
 
     #[test]
