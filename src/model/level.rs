@@ -90,6 +90,7 @@ pub enum LevelErrorKind {
     Open { x: usize, y: usize },
     UnknownCharacter { ch: char, column: usize },
     ZeroCount { column: usize },
+    DanglingCount { column: usize },
     TooLarge { what: String },
     Empty,
 }
@@ -119,6 +120,9 @@ impl fmt::Display for LevelErrorKind {
             }
             LevelErrorKind::ZeroCount { column } => {
                 write!(f, "a run-length count of 0 at column {column}: counts start at 1")
+            }
+            LevelErrorKind::DanglingCount { column } => {
+                write!(f, "a run-length count at column {column} ends its row: it repeats nothing")
             }
             LevelErrorKind::TooLarge { what } => write!(f, "level too large: {what}"),
             LevelErrorKind::Empty => write!(f, "empty level"),
@@ -183,6 +187,9 @@ fn expand_rle(line: &str) -> Result<Vec<String>, LevelErrorKind> {
         for _ in 0..n {
             row.push(c);
         }
+    }
+    if let Some(column) = count_at {
+        return Err(LevelErrorKind::DanglingCount { column });
     }
     Ok(rows)
 }
@@ -687,6 +694,15 @@ mod tests {
         assert_eq!(e.kind, LevelErrorKind::ZeroCount { column: 1 });
         assert_eq!(e.line, 3);
         assert!(split_collection("10#\n#@$.-----#\n10#\n", "x")[0].parse().is_ok(), "a 0 inside a count is fine");
+    }
+
+    #[test]
+    fn a_run_length_count_at_the_end_of_a_row_is_an_error() {
+        // found by the `levels` fuzz target: "##. . #    3" dropped the 3 and
+        // kept the spaces before it as floor, a level wider than it was drawn
+        let e = split_collection("#######\n#@$ . #    3\n#######\n", "x")[0].parse().unwrap_err();
+        assert_eq!((&e.kind, e.line), (&LevelErrorKind::DanglingCount { column: 12 }, 2));
+        assert!(e.to_string().contains("count at column 12 ends its row"), "{e}");
     }
 
     #[test]
