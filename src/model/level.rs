@@ -425,7 +425,10 @@ impl LevelText {
             return Err(self.err(self.rows.first().map_or(0, |r| r.0), LevelErrorKind::Empty));
         };
         let height = rows.len();
-        let width = rows.iter().map(|r| r.1.chars().count()).max().unwrap_or(0);
+        // floor drawn past a row's last wall or object ('-' or '_' at its
+        // end) lies outside the level: it is not kept, so that the level
+        // writes back as the same grid
+        let width = rows.iter().map(|r| r.1.trim_end().chars().count()).max().unwrap_or(0);
         if width > MAX_SIDE || height > MAX_SIDE {
             return Err(self.err(
                 first_line,
@@ -440,7 +443,7 @@ impl LevelText {
         let mut void = vec![true; n];
         let mut players = Vec::new();
         for (y, (lineno, row)) in rows.iter().enumerate() {
-            for (x, ch) in row.chars().enumerate() {
+            for (x, ch) in row.trim_end().chars().enumerate() {
                 let c = y * width + x;
                 void[c] = false;
                 match ch {
@@ -594,6 +597,10 @@ mod tests {
             (&again.walls, &again.goals, &again.boxes, again.player),
             (&level.walls, &level.goals, &level.boxes, level.player)
         );
+        // nor does floor drawn past a row's end widen the level (found by the
+        // fuzz target: "########-" made a grid one column wider than written back)
+        let level = parse_one("#####\n#@$.#\n#####--\n", "x").unwrap();
+        assert_eq!((level.width, level.height), (5, 3));
     }
 
     #[test]
