@@ -136,11 +136,10 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
 /// The level as a database keeps it: its rows, and its title where it has
 /// one (named when the file is used for another level).
 fn stored_text(level: &sokoshard::model::level::Level) -> String {
-    let untitled = level.title == format!("#{}", level.index) || level.title.trim().is_empty();
-    if untitled {
-        level.to_xsb()
-    } else {
+    if level.has_title() {
         format!("{}Title: {}\n", level.to_xsb(), level.title)
+    } else {
+        level.to_xsb()
     }
 }
 

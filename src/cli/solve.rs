@@ -178,10 +178,10 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
     let picked = args.select.pick(&all, &source)?;
-    // the files asked for must be writable before the solve, not after it
     // a database is read and matched once, before any file is written: a
     // bad one is one error, not one per level
     let database = args.deadlocks.as_deref().map(|p| read_database(p, &picked)).transpose()?;
+    // the files asked for must be writable before the solve, not after it
     let mut inputs = vec![("the level file", args.file.as_path())];
     if let Some(db) = &args.deadlocks {
         inputs.push(("the --deadlocks database", db.as_path()));
@@ -402,7 +402,7 @@ fn write_sok(path: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
         let Some(level) = &o.level else { continue };
         // an untitled level's "#N" is its place in the file read, no title
         // to write (read back it would become one)
-        let titled = o.text.title != format!("#{}", o.text.index);
+        let titled = o.text.has_title();
         if titled {
             s.push_str(&format!("; {}\n\n", o.text.title));
         }

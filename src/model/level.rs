@@ -45,7 +45,17 @@ pub struct Level {
     pub player: usize,
 }
 
+/// The title of a level the file gives none: its place in the file read
+/// (`#3`), which a file written from it must not carry as a title.
+fn placeholder_title(index: usize) -> String {
+    format!("#{index}")
+}
+
 impl Level {
+    /// Whether the file read gave the level a title (not [`placeholder_title`]).
+    pub fn has_title(&self) -> bool {
+        self.title != placeholder_title(self.index)
+    }
     #[inline]
     pub fn cell(&self, x: usize, y: usize) -> usize {
         y * self.width + x
@@ -292,7 +302,7 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
         *titled_before = pending_title.is_some();
         out.push(LevelText {
             index,
-            title: pending_title.take().unwrap_or_else(|| format!("#{index}")),
+            title: pending_title.take().unwrap_or_else(|| placeholder_title(index)),
             source: source.to_string(),
             rows: std::mem::take(rows),
             fields: Vec::new(),
@@ -403,6 +413,11 @@ pub fn split_collection(text: &str, source: &str) -> Vec<LevelText> {
 }
 
 impl LevelText {
+    /// Whether the file gave the level a title (not [`placeholder_title`]).
+    pub fn has_title(&self) -> bool {
+        self.title != placeholder_title(self.index)
+    }
+
     fn err(&self, line: usize, kind: LevelErrorKind) -> LevelError {
         LevelError { source_name: self.source.clone(), line, index: self.index, kind }
     }
