@@ -94,14 +94,37 @@ impl Level {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LevelErrorKind {
     NoPlayer,
-    SeveralPlayers { count: usize },
-    BoxGoalMismatch { boxes: usize, goals: usize },
+    SeveralPlayers {
+        count: usize,
+    },
+    BoxGoalMismatch {
+        boxes: usize,
+        goals: usize,
+    },
     NoBoxes,
-    Open { x: usize, y: usize },
-    UnknownCharacter { ch: char, column: usize },
-    ZeroCount { column: usize },
-    DanglingCount { column: usize },
-    TooLarge { what: String },
+    Open {
+        x: usize,
+        y: usize,
+    },
+    /// A box or goal outside the walls, where no push can ever reach it.
+    OutsideWalls {
+        what: &'static str,
+        x: usize,
+        y: usize,
+    },
+    UnknownCharacter {
+        ch: char,
+        column: usize,
+    },
+    ZeroCount {
+        column: usize,
+    },
+    DanglingCount {
+        column: usize,
+    },
+    TooLarge {
+        what: String,
+    },
     Empty,
 }
 
@@ -125,6 +148,12 @@ impl fmt::Display for LevelErrorKind {
             LevelErrorKind::Open { x, y } => {
                 write!(f, "the level is open: the player can walk off the map at column {}, row {}", x + 1, y + 1)
             }
+            LevelErrorKind::OutsideWalls { what, x, y } => write!(
+                f,
+                "a {what} at column {}, row {} lies outside the walls, where no push can reach it",
+                x + 1,
+                y + 1
+            ),
             LevelErrorKind::UnknownCharacter { ch, column } => {
                 write!(f, "unknown character {ch:?} at column {column}")
             }
@@ -488,14 +517,6 @@ impl LevelText {
                 return Err(self.err(*second_line, LevelErrorKind::SeveralPlayers { count: players.len() }))
             }
         };
-        let nboxes = boxes.iter().filter(|&&b| b).count();
-        let ngoals = goals.iter().filter(|&&g| g).count();
-        if nboxes == 0 {
-            return Err(self.err(first_line, LevelErrorKind::NoBoxes));
-        }
-        if nboxes != ngoals {
-            return Err(self.err(first_line, LevelErrorKind::BoxGoalMismatch { boxes: nboxes, goals: ngoals }));
-        }
         // the player (walking through boxes, which may move) must stay inside walls
         let mut seen = vec![false; n];
         let mut stack = vec![player];
@@ -515,6 +536,52 @@ impl LevelText {
                     stack.push(nc);
                 }
             }
+        }
+        // a box or goal outside the walls (in a region that reaches the
+        // grid's edge) can never be pushed or reached: the level is not what
+        // its author meant. Refusing it also means a level's first row holds
+        // a wall, so that written back it never reads as a title.
+        let mut outside = vec![false; n];
+        let mut stack: Vec<usize> = (0..n)
+            .filter(|&c| {
+                let (x, y) = (c % width, c / width);
+                !walls[c] && (void[c] || x == 0 || y == 0 || x + 1 == width || y + 1 == height)
+            })
+            .collect();
+        for &c in &stack {
+            outside[c] = true;
+        }
+        while let Some(c) = stack.pop() {
+            let (x, y) = (c % width, c / width);
+            let around = [
+                (x > 0).then(|| c - 1),
+                (x + 1 < width).then(|| c + 1),
+                (y > 0).then(|| c - width),
+                (y + 1 < height).then(|| c + width),
+            ];
+            for nc in around.into_iter().flatten() {
+                if !walls[nc] && !outside[nc] {
+                    outside[nc] = true;
+                    stack.push(nc);
+                }
+            }
+        }
+        if let Some(c) = (0..n).find(|&c| outside[c] && (boxes[c] || goals[c])) {
+            let what = match (boxes[c], goals[c]) {
+                (true, true) => "box on a goal",
+                (true, false) => "box",
+                _ => "goal",
+            };
+            let (x, y) = (c % width, c / width);
+            return Err(self.err(rows[y].0, LevelErrorKind::OutsideWalls { what, x, y }));
+        }
+        let nboxes = boxes.iter().filter(|&&b| b).count();
+        let ngoals = goals.iter().filter(|&&g| g).count();
+        if nboxes == 0 {
+            return Err(self.err(first_line, LevelErrorKind::NoBoxes));
+        }
+        if nboxes != ngoals {
+            return Err(self.err(first_line, LevelErrorKind::BoxGoalMismatch { boxes: nboxes, goals: ngoals }));
         }
         Ok(Level {
             index: self.index,
@@ -660,6 +727,33 @@ mod tests {
             let v = split_collection(&format!("{title}\n#####\n#@$.#\n#####\n"), "x");
             assert_eq!((v.len(), v[0].title.as_str()), (1, title));
         }
+    }
+
+    #[test]
+    fn a_box_or_goal_outside_the_walls_is_refused_so_no_first_row_reads_back_as_a_title() {
+        // found by the levels fuzz target: `$` above the walls (drawn with
+        // `|`) was a first row; written back it read as a title (as a line
+        // of boxes alone before a board does) and the level lost a box
+        let e = split_collection("  $|#####|#@$.#|#.  #|#####\n", "x")[0].parse().unwrap_err();
+        assert_eq!(e.kind, LevelErrorKind::OutsideWalls { what: "box", x: 2, y: 0 });
+        assert_eq!(e.line, 1);
+        assert!(e.to_string().contains("a box at column 3, row 1 lies outside the walls"), "{e}");
+        // beside the walls, below them, and a goal or a box on a goal
+        for (text, what, x, y) in [
+            ("#####\n#@$.#\n#####\n  .\n", "goal", 2, 3),
+            ("#####   \n#@$.# * \n#####   \n", "box on a goal", 6, 1),
+            ("#######\n#@$.# #\n#  #$ #\n#######\n##.\n", "goal", 2, 4),
+        ] {
+            let e = split_collection(text, "x")[0].parse().unwrap_err();
+            assert_eq!(e.kind, LevelErrorKind::OutsideWalls { what, x, y }, "{text}");
+        }
+        // a box in a sealed room inside the walls is no error
+        let level = split_collection("#######\n#@$.#.#\n####$##\n#######\n", "x")[0].parse();
+        assert!(level.is_ok(), "{level:?}");
+        // so every level that parses starts with a wall, and writes back as read
+        let level = split_collection("; t\n #####\n #@$.#\n #####\n", "x")[0].parse().unwrap();
+        let again = split_collection(&level.to_xsb(), "x")[0].parse().unwrap();
+        assert_eq!((again.width, again.height, &again.boxes), (level.width, level.height, &level.boxes));
     }
 
     #[test]
