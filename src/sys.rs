@@ -1,6 +1,7 @@
 //! Process facts read from the OS: resident and peak memory, CPU time and the
-//! open-file limit (Linux `/proc`), the machine's total memory for choosing
-//! default budgets, and the one allocator setting budgeted runs need.
+//! open-file limit (Linux `/proc`), the memory the process may use (the
+//! machine's, or its control group's limit) for choosing default budgets, and
+//! the one allocator setting budgeted runs need.
 
 fn status_kib(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -29,16 +30,63 @@ pub fn cpu_seconds() -> f64 {
     (tick(11) + tick(12)) as f64 / 100.0
 }
 
-/// Total physical memory in bytes, if known.
+/// The memory this process may use, in bytes, if known: the machine's
+/// physical memory, or the memory limit of its control group where that is
+/// lower (a container started with `--memory 4g`, a Kubernetes pod's limit),
+/// so that budgets chosen from it fit where the process runs. Read once per
+/// process: each solve of a collection's levels asks for it several times.
 pub fn total_memory_bytes() -> Option<u64> {
+    static TOTAL: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(read_total_memory)
+}
+
+fn read_total_memory() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    let machine = line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024;
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let limit = cgroup_memory_limit(&cgroups, |path| std::fs::read_to_string(path).ok());
+    Some(limit.map_or(machine, |l| l.min(machine)))
+}
+
+/// The lowest memory limit on the control groups `cgroups` (the text of
+/// `/proc/self/cgroup`) names and their ancestors, cgroup v2
+/// (`memory.max`) or v1 (`memory.limit_in_bytes`), reading files with
+/// `read`. `None` where no group sets one.
+fn cgroup_memory_limit(cgroups: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
+    let mut files = Vec::new();
+    for line in cgroups.lines() {
+        // "hierarchy-id:controllers:path"
+        let mut f = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (f.next(), f.next(), f.next()) else { continue };
+        let (root, file) = match controllers {
+            "" => ("/sys/fs/cgroup", "memory.max"),
+            c if c.split(',').any(|c| c == "memory") => ("/sys/fs/cgroup/memory", "memory.limit_in_bytes"),
+            _ => continue,
+        };
+        // the group and each group above it; inside a container's own
+        // namespace the path is "/" and the root holds the limit
+        let mut dir = path.trim_end_matches('/');
+        loop {
+            files.push(format!("{root}{dir}/{file}"));
+            match dir.rfind('/') {
+                Some(i) => dir = &dir[..i],
+                None => break,
+            }
+        }
+    }
+    // v1 writes "no limit" as a number near 2^63
+    files.iter().filter_map(|f| read(f)?.trim().parse::<u64>().ok()).filter(|&l| l < 1 << 62).min()
 }
 
 /// The soft limit on open file descriptors, if known (Linux `/proc`). The disk
 /// store keeps shard files open up to a share of it.
 pub fn open_files_limit() -> Option<u64> {
+    static LIMIT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(read_open_files_limit)
+}
+
+fn read_open_files_limit() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = s.lines().find(|l| l.starts_with("Max open files"))?;
     // "Max open files            1024                 4096                 files"
@@ -132,5 +180,38 @@ pub fn human_bytes(b: u64) -> String {
         format!("{b} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cgroup_memory_limit;
+    use std::collections::HashMap;
+
+    fn limit(cgroups: &str, files: &[(&str, &str)]) -> Option<u64> {
+        let files: HashMap<String, String> = files.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        cgroup_memory_limit(cgroups, |p| files.get(p).cloned())
+    }
+
+    #[test]
+    fn a_containers_memory_limit_caps_the_memory_a_default_budget_is_cut_from() {
+        // cgroup v2 in the container's namespace: the root holds the limit
+        assert_eq!(limit("0::/\n", &[("/sys/fs/cgroup/memory.max", "4294967296\n")]), Some(4 << 30));
+        assert_eq!(limit("0::/\n", &[("/sys/fs/cgroup/memory.max", "max\n")]), None);
+        // v2 seen from the host: the lowest limit of the group and its parents
+        let v2 = [
+            ("/sys/fs/cgroup/kubepods/pod1/c1/memory.max", "max"),
+            ("/sys/fs/cgroup/kubepods/pod1/memory.max", "2147483648"),
+            ("/sys/fs/cgroup/kubepods/memory.max", "8589934592"),
+        ];
+        assert_eq!(limit("0::/kubepods/pod1/c1\n", &v2), Some(2 << 30));
+        // cgroup v1: "no limit" is a number near 2^63; other controllers are ignored
+        let v1 = "4:memory:/process_api/abc\n3:cpuset:/\n";
+        let unlimited = [("/sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes", "9223372036854771712")];
+        assert_eq!(limit(v1, &unlimited), None);
+        let limited = [("/sys/fs/cgroup/memory/process_api/memory.limit_in_bytes", "1073741824")];
+        assert_eq!(limit("4:cpuacct,memory:/process_api/abc\n", &limited), Some(1 << 30));
+        assert_eq!(limit("", &[]), None);
+        assert_eq!(limit("garbage\n1:memory\n", &[]), None);
     }
 }

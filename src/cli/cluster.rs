@@ -93,7 +93,7 @@ pub struct CoordinatorArgs {
     #[arg(long, default_value_t = 120.0, value_parser = super::seconds)]
     pub replace_after: f64,
     /// Memory budget for what runs in the coordinator, e.g. 2G or 512M
-    /// (default: half the machine's memory): the probe holds at most a
+    /// (default: half the memory this process may use: the machine's, or its container's limit): the probe holds at most a
     /// quarter of it, and the moves pass keeps a quarter of it in memory and
     /// the rest of the push-optimal states under the data dir.
     #[arg(long)]
@@ -127,7 +127,7 @@ pub struct WorkerArgs {
     /// address, e.g. 0.0.0.0:7490; the path is /metrics.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
-    /// Memory budget, e.g. 4G or 512M (default: half the machine's memory):
+    /// Memory budget, e.g. 4G or 512M (default: half the memory this process may use: the machine's, or its container's limit):
     /// half of it holds layers in RAM, the rest spills to the data dir.
     #[arg(long)]
     pub mem: Option<String>,

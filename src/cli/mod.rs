@@ -220,8 +220,9 @@ pub fn threads(asked: Option<usize>, node: bool) -> Result<usize> {
     Ok(n)
 }
 
-/// Warns of a `--mem` budget above the machine's memory: the store would not
-/// spill before the system ran out (a line of the log for a node, `warning:
+/// Warns of a `--mem` budget above the memory this process may use (the
+/// machine's, or its container's limit): the store would not spill before
+/// the system ran out (a line of the log for a node, `warning:
 /// ...` on stderr for a command).
 pub fn check_mem(budget: u64, node: bool) {
     let Some(total) = sokoshard::sys::total_memory_bytes().filter(|&t| budget > t) else { return };
@@ -230,10 +231,10 @@ pub fn check_mem(budget: u64, node: bool) {
         tracing::warn!(
             mem,
             machine,
-            "--mem is more than this machine's memory: the store may run out before it spills"
+            "--mem is more than the memory this node may use (the machine's, or its container's limit): the store may run out before it spills"
         );
     } else {
-        errln!("warning: --mem {mem} is more than this machine's {machine} of memory: the search may run out of memory before it spills to disk");
+        errln!("warning: --mem {mem} is more than the {machine} of memory this process may use (the machine's, or its container's limit): the search may run out of memory before it spills to disk");
     }
 }
 

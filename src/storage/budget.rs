@@ -87,8 +87,12 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     Ok(bytes)
 }
 
-/// The default budget: half of the machine's physical memory, leaving the other
-/// half to the page cache (which the shard reads live on) and everything else.
+/// The default budget: half of the memory the process may use (the machine's
+/// physical memory, or its control group's limit: [`total_memory_bytes`]),
+/// leaving the other half to the page cache (which the shard reads live on)
+/// and everything else.
+///
+/// [`total_memory_bytes`]: crate::sys::total_memory_bytes
 pub fn default_budget() -> u64 {
     crate::sys::total_memory_bytes().map_or(FALLBACK_BUDGET, |t| t / 2)
 }

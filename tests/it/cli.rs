@@ -693,7 +693,7 @@ fn more_threads_than_cores_or_memory_than_the_machine_are_warned_of_in_a_line() 
     assert!(!err.contains("WARN"), "{err}");
     let o = sokoshard(&["solve", file.to_str().unwrap(), "--level", "1", "--mem", "900T"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stderr(&o).starts_with("warning: --mem 900.0 TiB is more than this machine's"), "{}", stderr(&o));
+    assert!(stderr(&o).starts_with("warning: --mem 900.0 TiB is more than the "), "{}", stderr(&o));
 }
 
 #[test]

@@ -75,7 +75,7 @@ pub struct CoordinatorConfig {
     /// Memory budget for what runs in the coordinator itself (`--mem`): the
     /// probe holds at most a quarter of it, the moves pass's tape keeps a
     /// quarter in memory and writes the rest under the data dir. `None`:
-    /// the default budget (half the machine's memory).
+    /// the default budget (half the memory the process may use).
     pub mem: Option<u64>,
 }
 
