@@ -229,7 +229,7 @@ impl Deployment for Local<'_> {
             }
         };
         // declared first so that it is dropped (and the files removed) last
-        let spill = SpillDir::create(level_dir.path(), opts.keep_spill)?;
+        let spill = level_dir.inside();
         let level_dir = level_dir.path().to_path_buf();
         let usage = Arc::new(DiskUsage::default());
         let store = DiskStore::<K>::create(

@@ -221,21 +221,58 @@ impl<K: StateKey> Exchange<K> for LocalExchange<K> {
     }
 }
 
-/// Removes from sorted `cands` every key present in sorted `layer`.
+/// Removes from sorted `cands` every key present in sorted `layer`. A layer
+/// smaller than the candidates is walked instead of them, galloping through
+/// the candidates, and they are moved only where one is dropped: a deep,
+/// narrow search checks each chunk of candidates against every stored layer
+/// that is not merged with others, most of them far smaller than the chunk
+/// or holding none of its keys.
 pub fn subtract_sorted<K: Ord + Copy>(cands: &mut Vec<K>, layer: &[K]) {
-    let mut j = 0;
-    cands.retain(|k| {
-        j = gallop(layer, j, k);
-        !(j < layer.len() && layer[j] == *k)
-    });
+    if layer.len() >= cands.len() {
+        let mut j = 0;
+        cands.retain(|k| {
+            j = gallop(layer, j, k);
+            !(j < layer.len() && layer[j] == *k)
+        });
+        return;
+    }
+    let mut hits = Vec::new();
+    let mut i = 0;
+    for k in layer {
+        i = gallop(cands, i, k);
+        if i == cands.len() {
+            break;
+        }
+        if cands[i] == *k {
+            hits.push(i);
+            i += 1;
+        }
+    }
+    remove_indices(cands, &hits);
 }
 
-/// The first key of sorted `keys` that is in sorted `layer`.
+/// Removes the entries at `hits` (ascending indices) from `v`, moving only
+/// what lies after the first of them.
+pub fn remove_indices<K: Copy>(v: &mut Vec<K>, hits: &[usize]) {
+    let Some(&first) = hits.first() else { return };
+    let mut w = first;
+    for (h, &at) in hits.iter().enumerate() {
+        let end = hits.get(h + 1).copied().unwrap_or(v.len());
+        v.copy_within(at + 1..end, w);
+        w += end - at - 1;
+    }
+    v.truncate(w);
+}
+
+/// The first key of sorted `keys` that is in sorted `layer` (the smallest
+/// they share), walking the smaller of the two and galloping through the
+/// other.
 pub fn first_common<K: Ord + Copy>(keys: &[K], layer: &[K]) -> Option<K> {
+    let (small, large) = if layer.len() < keys.len() { (layer, keys) } else { (keys, layer) };
     let mut j = 0;
-    keys.iter().copied().find(|k| {
-        j = gallop(layer, j, k);
-        j < layer.len() && layer[j] == *k
+    small.iter().copied().find(|k| {
+        j = gallop(large, j, k);
+        j < large.len() && large[j] == *k
     })
 }
 

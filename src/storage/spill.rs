@@ -134,7 +134,9 @@ fn sorted_unique<K: StateKey>(batches: Vec<Vec<K>>) -> Vec<K> {
 }
 
 impl<K: StateKey> SpillExchange<K> {
-    /// An exchange for `partitions` partitions writing runs under `dir` (created).
+    /// An exchange for `partitions` partitions writing runs under `dir`
+    /// (created with the first run: an exchange that never spills never
+    /// touches the disk).
     /// `share` is the RAM for buffered keys, `batch` the routing batch the expand
     /// phase should use, `chunk_keys` the keys per chunk a merge should take.
     pub fn create(
@@ -145,7 +147,6 @@ impl<K: StateKey> SpillExchange<K> {
         chunk_keys: u64,
         usage: Arc<DiskUsage>,
     ) -> Result<Self, StorageError> {
-        fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, "creating directory", e))?;
         Ok(SpillExchange {
             dir: dir.to_path_buf(),
             parts: (0..partitions).map(|_| Mutex::new(Buffer::default())).collect(),
@@ -214,6 +215,7 @@ impl<K: StateKey> SpillExchange<K> {
         if self.buffered.load(Ordering::Acquire) <= self.share / 2 {
             return Ok(()); // another sender spilled while this one waited
         }
+        fs::create_dir_all(&self.dir).map_err(|e| StorageError::io(&self.dir, "creating directory", e))?;
         if K::LIMBS <= TAGGED_MAX_LIMBS {
             self.spill_tagged()
         } else {
@@ -530,6 +532,17 @@ impl SpillDir {
                 }
             }
         }
+    }
+
+    /// A directory to be made in this one when first written to (the
+    /// stores made in it create their folders with their first files), so
+    /// that a search that spills nothing touches no disk. A solve makes one
+    /// per search pass in its level's directory, which it alone writes in,
+    /// so the name is free without a `mkdir` to claim it.
+    pub fn inside(&self) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        SpillDir { path: self.path.join(format!("pass-{n}")), keep: self.keep }
     }
 
     pub fn path(&self) -> &Path {

@@ -69,7 +69,7 @@
 //! ..     8  xxh3-64 of every byte before it
 //! ```
 
-use crate::engine::partition::{first_common, subtract_sorted, PartitionStore, StoreBytes};
+use crate::engine::partition::{first_common, remove_indices, subtract_sorted, PartitionStore, StoreBytes};
 use crate::engine::{SeamError, Side};
 use crate::model::key::StateKey;
 use crate::storage::shard::{sync_parent_dir, ShardMeta, ShardReader, ShardWriter};
@@ -298,22 +298,6 @@ pub fn shard_path(dir: &Path, side: Side, layer: usize, partition: usize) -> Pat
 
 fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
     move |e| StorageError::io(path, op, e)
-}
-
-/// Removes the ascending indices `hits` from `v`.
-fn remove_indices<K: Copy>(v: &mut Vec<K>, hits: &[usize]) {
-    if hits.is_empty() {
-        return;
-    }
-    let (mut at, mut h) = (0, 0);
-    v.retain(|_| {
-        let drop = hits.get(h) == Some(&at);
-        if drop {
-            h += 1;
-        }
-        at += 1;
-        !drop
-    });
 }
 
 impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
@@ -609,10 +593,12 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
 }
 
 impl<K: StateKey> DiskStore<K> {
-    /// A new, empty store in `dir` (created if missing) with `partitions`
-    /// partitions. Refuses a directory that already holds a durable store.
+    /// A new, empty store in `dir` with `partitions` partitions. Refuses a
+    /// directory that already holds a durable store. A durable store creates
+    /// its directories at once; any other creates them with its first file,
+    /// so a search whose layers all fit in RAM never touches the disk (a
+    /// solve runs one store per bound iteration, most of them small).
     pub fn create(dir: &Path, partitions: usize, opts: DiskOptions) -> Result<Self, StorageError> {
-        fs::create_dir_all(dir).map_err(io(dir, "creating directory"))?;
         let manifest = dir.join(MANIFEST_NAME);
         if manifest.exists() {
             return Err(StorageError::BadManifest {
@@ -620,12 +606,12 @@ impl<K: StateKey> DiskStore<K> {
                 reason: "the directory already holds a store; open it to resume or remove it".into(),
             });
         }
-        for side in [Side::Forward, Side::Backward] {
-            let d = dir.join(side_dir(side));
-            fs::create_dir_all(&d).map_err(io(&d, "creating directory"))?;
-        }
         let store = Self::empty(dir, partitions, opts);
         if store.opts.durable {
+            for side in [Side::Forward, Side::Backward] {
+                let d = dir.join(side_dir(side));
+                fs::create_dir_all(&d).map_err(io(&d, "creating directory"))?;
+            }
             store.write_manifest()?;
         }
         Ok(store)
