@@ -372,7 +372,8 @@ fn store(args: StoreArgs) -> Result<ExitCode> {
     let policies: Vec<&str> = args.policies.split(',').map(str::trim).collect();
     let spill_dir = args.spill_dir.as_ref().map(|d| d.to_string_lossy().into_owned());
     // the process itself, with nothing stored: the fixed overhead RSS is measured against
-    let base = best_of(args.repeat, &args.file, 1, &[])?;
+    // the in-memory store, as a solve with everything in RAM and no budget
+    let base = best_of(args.repeat, &args.file, 1, &["--no-spill"])?;
     outln!(
         "Process baseline (level 1, in memory): peak RSS {:.1} MiB. Times: fastest of {}; CPU = user + system.",
         mib(f(&base, "peak_rss_bytes")),
@@ -382,7 +383,7 @@ fn store(args: StoreArgs) -> Result<ExitCode> {
     outln!("| level | stored states | in-memory store (MiB) | budget (MiB) | store / budget | policy | in-memory s (CPU s) | spilled s (CPU s) | slowdown wall (CPU) | peak RSS in-memory (MiB) | peak RSS spilled (MiB) | spilled RSS - baseline - budget (MiB) | states on disk | shard bytes (MiB) | bytes/state on disk | peak disk (MiB) |")?;
     outln!("|{}", "---|".repeat(16))?;
     for level in levels(&args.levels)? {
-        let mem = best_of(args.repeat, &args.file, level, &[])?;
+        let mem = best_of(args.repeat, &args.file, level, &["--no-spill"])?;
         let budget = match args.mem {
             Some(b) => b,
             None => (f(&mem, "store_bytes") / args.ratio) as u64,

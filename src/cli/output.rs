@@ -128,7 +128,8 @@ pub fn print_level(
                     super::secs(r.moves_seconds)
                 )?;
             }
-            if let Some(st) = &r.storage {
+            // every solve has a budget; the line is for one that used the disk
+            if let Some(st) = r.storage.as_ref().filter(|st| st.peak_disk_bytes > 0 || st.spill_dir.is_some()) {
                 let per = if st.disk_states > 0 { r.disk_bytes as f64 / st.disk_states as f64 } else { 0.0 };
                 outln!(
                     "  disk: {} for {} states on disk ({per:.2} B/state), peak {}; budget {}, peak RSS {}",

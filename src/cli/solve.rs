@@ -10,7 +10,7 @@ use sokoshard::model::board::Board;
 use sokoshard::model::level::{Level, LevelText};
 use sokoshard::model::rules::Pruning;
 use sokoshard::solve::{solve_local_observed, BoundSpec, SolveOptions, SolveReport, Status, TableSource};
-use sokoshard::storage::budget::parse_size;
+use sokoshard::storage::budget::{default_budget, parse_size};
 use sokoshard::storage::disk::SpillPolicy;
 use sokoshard::storage::kdb;
 use sokoshard::storage::spill::check_spill_base;
@@ -48,14 +48,21 @@ pub struct SolveArgs {
     #[arg(long)]
     pub partitions: Option<usize>,
     /// Memory budget for states and successors, e.g. 512MiB, 8GiB, 1.5GB or a
-    /// byte count; what does not fit spills to disk. Default with --spill-dir:
-    /// half of the machine's memory. Without either, everything stays in RAM.
+    /// byte count: states stay in RAM while they fit and what does not fit
+    /// spills to disk. Default: half of the memory this process may use (the
+    /// machine's, or its container's limit).
     #[arg(long, value_name = "SIZE", value_parser = parse_mem)]
     pub mem: Option<u64>,
     /// Existing directory to spill under (a fresh subdirectory is created in it
-    /// per level). Default with --mem: the system temporary directory.
+    /// per level, and removed after it). Default: the system temporary
+    /// directory ($TMPDIR, else /tmp).
     #[arg(long, value_name = "DIR")]
     pub spill_dir: Option<PathBuf>,
+    /// Keep every state in RAM with no budget and never write to disk: a
+    /// search that outgrows memory ends when the system runs out (for
+    /// comparisons; a search that fits is about as fast either way).
+    #[arg(long, conflicts_with_all = ["mem", "spill_dir", "keep_spill"])]
+    pub no_spill: bool,
     /// Keep the spill files after each level instead of removing them.
     #[arg(long, requires = "spill")]
     pub keep_spill: bool,
@@ -159,6 +166,27 @@ struct Outcome {
     error: Option<String>,
 }
 
+/// Whether the solve runs under a memory budget, spilling what does not fit:
+/// unless `--no-spill`, or where no spill directory is given and the system
+/// temporary directory cannot take files (a warning says so, and the states
+/// stay in RAM: a solve that fits needs no disk).
+fn spills(args: &SolveArgs) -> bool {
+    if args.no_spill {
+        return false;
+    }
+    if args.mem.is_some() || args.spill_dir.is_some() {
+        return true;
+    }
+    let tmp = std::env::temp_dir();
+    match check_spill_base(&tmp) {
+        Ok(()) => true,
+        Err(e) => {
+            errln!("warning: {e}: states stay in RAM with no budget; give --spill-dir DIR to spill to disk");
+            false
+        }
+    }
+}
+
 pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(p) = args.partitions {
         anyhow::ensure!(p.is_power_of_two() && p <= 1 << 16, "--partitions {p} must be a power of two up to 65536");
@@ -172,7 +200,8 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     if let Some(m) = args.mem {
         super::check_mem(m, false);
     }
-    if args.mem.is_some() || args.spill_dir.is_some() {
+    let spill = spills(&args);
+    if spill {
         sokoshard::sys::release_large_frees(threads);
     }
     let all = read_collection(&args.file)?;
@@ -228,7 +257,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         },
         pair_penalties: !args.no_pair_penalties,
         triple_penalties: args.triples,
-        memory_budget: args.mem,
+        memory_budget: spill.then(|| args.mem.unwrap_or_else(default_budget)),
         spill_dir: args.spill_dir.clone(),
         keep_spill: args.keep_spill,
         spill_policy: args.spill_policy,

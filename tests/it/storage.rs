@@ -257,11 +257,18 @@ fn cli_mem_spills_and_removes_its_files() {
     assert!(kept.starts_with(base.path()));
     assert!(!shards(&kept).is_empty());
     // every bound iteration's files are in the one directory named (each
-    // iteration once kept a directory of its own beside it, unnamed)
-    assert!(v["iterations"].as_array().unwrap().len() > 1, "{v}");
+    // iteration once kept a directory of its own beside it, unnamed); a
+    // search makes its directory with its first file, so each one there
+    // holds files, and the iterations that spilled nothing made none
+    let iterations = v["iterations"].as_array().unwrap().len();
+    assert!(iterations > 1, "{v}");
     assert_eq!(entries(base.path()), std::slice::from_ref(&kept), "{v}");
-    let searches = fs::read_dir(&kept).unwrap().filter(|e| e.as_ref().unwrap().path().is_dir()).count();
-    assert!(searches >= v["iterations"].as_array().unwrap().len(), "{searches} search directories: {v}");
+    let searches: Vec<PathBuf> = entries(&kept).into_iter().filter(|p| p.is_dir()).collect();
+    // the iterations and the moves pass
+    assert!(!searches.is_empty() && searches.len() <= iterations + 1, "{searches:?}: {v}");
+    for s in &searches {
+        assert!(!entries(s).is_empty(), "{} is empty", s.display());
+    }
     fs::remove_dir_all(&kept).unwrap();
 
     // the text report shows the disk use
@@ -269,6 +276,47 @@ fn cli_mem_spills_and_removes_its_files() {
     assert_eq!(o.status.code(), Some(0));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("states on disk") && out.contains("budget 100.0 KiB"), "{out}");
+}
+
+/// The default solve has a budget (half the memory the process may use) and
+/// spills to the system temporary directory only what does not fit: a
+/// search that fits writes nothing there, and where it cannot take files
+/// the solve warns and keeps its states in RAM, as `--no-spill` does.
+#[test]
+fn a_solve_without_flags_has_a_budget_and_a_search_that_fits_writes_nothing() {
+    let file = repo("levels/Microban_155.xsb");
+    let file = file.to_str().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |tmpdir: &Path, extra: &[&str]| {
+        let mut args = vec!["solve", file, "--level", "93", "--json"];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_sokoshard")).args(&args).env("TMPDIR", tmpdir).output().unwrap()
+    };
+    let o = run(tmp.path(), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&o);
+    let half = sokoshard::storage::budget::default_budget();
+    assert_eq!(v["memory_budget_bytes"], half, "{v}");
+    assert_eq!((v["disk_bytes"].as_u64(), v["peak_disk_bytes"].as_u64()), (Some(0), Some(0)), "{v}");
+    assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
+    // the searches of a level that fits make no directories, even kept
+    let o = run(tmp.path(), &["--spill-dir", tmp.path().to_str().unwrap(), "--keep-spill"]);
+    let v = json(&o);
+    let kept = PathBuf::from(v["spill_dir"].as_str().unwrap());
+    assert!(entries(&kept).is_empty(), "{:?}", entries(&kept));
+    fs::remove_dir_all(&kept).unwrap();
+    // no temporary directory: a warning, and the same answer from RAM
+    let o = run(&tmp.path().join("missing"), &[]);
+    assert_eq!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("warning: spill directory ") && err.contains("states stay in RAM"), "{err}");
+    let in_ram = json(&o);
+    assert!(in_ram.get("memory_budget_bytes").is_none(), "{in_ram}");
+    assert_eq!((&in_ram["pushes"], &in_ram["moves"], &in_ram["states"]), (&v["pushes"], &v["moves"], &v["states"]));
+    let o = run(tmp.path(), &["--no-spill"]);
+    assert_eq!((o.status.code(), json(&o).get("memory_budget_bytes")), (Some(0), None));
+    // --no-spill with a budget or a place to spill is a usage error
+    assert_eq!(run(tmp.path(), &["--no-spill", "--mem", "1G"]).status.code(), Some(2));
 }
 
 #[test]
