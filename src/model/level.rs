@@ -539,8 +539,9 @@ impl LevelText {
         }
         // a box or goal outside the walls (in a region that reaches the
         // grid's edge) can never be pushed or reached: the level is not what
-        // its author meant. Refusing it also means a level's first row holds
-        // a wall, so that written back it never reads as a title.
+        // its author meant. Refusing it (and making a box on its goal there
+        // a wall) also means a level's first row holds a wall, so that
+        // written back it never reads as a title.
         let mut outside = vec![false; n];
         let mut stack: Vec<usize> = (0..n)
             .filter(|&c| {
@@ -566,12 +567,15 @@ impl LevelText {
                 }
             }
         }
+        // a box on its goal out there never moves and asks for nothing: the
+        // same game as a wall, which is what it becomes
+        for c in 0..n {
+            if outside[c] && boxes[c] && goals[c] {
+                (walls[c], boxes[c], goals[c]) = (true, false, false);
+            }
+        }
         if let Some(c) = (0..n).find(|&c| outside[c] && (boxes[c] || goals[c])) {
-            let what = match (boxes[c], goals[c]) {
-                (true, true) => "box on a goal",
-                (true, false) => "box",
-                _ => "goal",
-            };
+            let what = if boxes[c] { "box" } else { "goal" };
             let (x, y) = (c % width, c / width);
             return Err(self.err(rows[y].0, LevelErrorKind::OutsideWalls { what, x, y }));
         }
@@ -738,15 +742,22 @@ mod tests {
         assert_eq!(e.kind, LevelErrorKind::OutsideWalls { what: "box", x: 2, y: 0 });
         assert_eq!(e.line, 1);
         assert!(e.to_string().contains("a box at column 3, row 1 lies outside the walls"), "{e}");
-        // beside the walls, below them, and a goal or a box on a goal
+        // beside the walls, below them, a goal
         for (text, what, x, y) in [
             ("#####\n#@$.#\n#####\n  .\n", "goal", 2, 3),
-            ("#####   \n#@$.# * \n#####   \n", "box on a goal", 6, 1),
+            ("#####   \n#@$.# $ \n#####   \n", "box", 6, 1),
             ("#######\n#@$.# #\n#  #$ #\n#######\n##.\n", "goal", 2, 4),
         ] {
             let e = split_collection(text, "x")[0].parse().unwrap_err();
             assert_eq!(e.kind, LevelErrorKind::OutsideWalls { what, x, y }, "{text}");
         }
+        // a box on its goal out there is the same game as a wall, and
+        // becomes one: a first row of them writes back as a row
+        let level = split_collection("  *|#####|#@$.#|#####\n", "x")[0].parse().unwrap();
+        assert!(level.walls[2] && !level.boxes[2] && !level.goals[2]);
+        assert_eq!(level.box_count(), 1);
+        let again = split_collection(&level.to_xsb(), "x")[0].parse().unwrap();
+        assert_eq!((&again.walls, &again.boxes, &again.goals), (&level.walls, &level.boxes, &level.goals));
         // a box in a sealed room inside the walls is no error
         let level = split_collection("#######\n#@$.#.#\n####$##\n#######\n", "x")[0].parse();
         assert!(level.is_ok(), "{level:?}");
