@@ -4,7 +4,9 @@
 # submits a Microban level, kills one worker container mid-job and starts it
 # again on the same volume, checks that the job still finishes with the push
 # count of the local solve (and of tests/data when it lists the level), and
-# tears everything down: containers, network, volumes and the image.
+# tears everything down: containers, network, volumes and the image. Before
+# the cluster, a solve in a container with a 96 MiB memory limit must spill to
+# disk under a budget of half the limit rather than be killed (not with TLS).
 #
 #   deploy/smoke.sh
 #
@@ -131,6 +133,19 @@ if [ -n "$expected" ]; then
   say "local solve: $reference pushes, as $truth says"
 else
   say "local solve: $reference pushes (the level is not in $truth)"
+fi
+
+# a solve in a container with a memory limit takes half of it as its budget
+# and spills the rest, where it used to take half the host's memory and be
+# killed by the limit with nothing printed (exit 137)
+if [ "$tls" != 1 ]; then
+  say "a solve in a container limited to 96 MiB spills instead of being killed"
+  limited=$(docker run --rm --memory 96m --memory-swap 96m "$tag" solve /usr/share/sokoshard/XSokoban_90.xsb \
+    --level 4 --timeout 30 --objective pushes --json 2>"$tmp/limited.err") && code=0 || code=$?
+  [ "$code" = 1 ] || { tail -5 "$tmp/limited.err" >&2; die "the limited solve exited $code (137: killed by its memory limit), not 1 (timeout)"; }
+  jq -e '.status == "timeout" and .memory_budget_bytes == 50331648 and .disk_bytes > 0' <<<"$limited" >/dev/null \
+    || die "the limited solve did not spill under a 48 MiB budget: $limited"
+  say "limited solve: $(jq -r '"\(.states) states, \(.disk_bytes) bytes on disk, peak RSS \(.peak_rss_bytes)"' <<<"$limited")"
 fi
 
 # ------------------------------------------------------------------ up
