@@ -545,10 +545,10 @@ pub fn run_status(a: StatusArgs) -> Result<ExitCode> {
                 (None, None) => j.message.clone(),
             };
             outln!(
-                "  {:>4} {:<10} {:<24} {:>14} {:>12} {:>12.0} {:>10}  {}",
+                "  {:>4} {:<10} {} {:>14} {:>12} {:>12.0} {:>10}  {}",
                 j.id,
                 j.state,
-                format!("{} ({})", j.index, j.title).chars().take(24).collect::<String>(),
+                super::columns(&format!("{} ({})", j.index, j.title), 24, true),
                 format!("{} {}", j.side, j.layer),
                 j.stored,
                 j.rate,

@@ -73,9 +73,9 @@ pub fn run_levels(args: LevelsArgs) -> Result<ExitCode> {
                     )?;
                 } else {
                     outln!(
-                        "{:>5}  {:<24} {:>7} {:>5} {:>6}",
+                        "{:>5}  {} {:>7} {:>5} {:>6}",
                         t.index,
-                        t.title,
+                        super::columns(&t.title, 24, false),
                         format!("{}x{}", l.width, l.height),
                         boxes,
                         b.floor_count()

@@ -220,6 +220,26 @@ pub fn threads(asked: Option<usize>, node: bool) -> Result<usize> {
     Ok(n)
 }
 
+/// `s` in `width` terminal columns: cut to them when `cut` (a character
+/// that would cross the edge is left out), then padded with spaces. Wide
+/// characters (CJK, most emoji) take two columns, so a table of titles in
+/// any script stays aligned, where `{:<24}` counts characters.
+pub fn columns(s: &str, width: usize, cut: bool) -> String {
+    use unicode_width::UnicodeWidthChar;
+    let mut out = String::with_capacity(s.len() + width);
+    let mut used = 0;
+    for c in s.chars() {
+        let w = c.width().unwrap_or(0);
+        if cut && used + w > width {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    out.extend(std::iter::repeat_n(' ', width.saturating_sub(used)));
+    out
+}
+
 /// Warns of a `--mem` budget above the memory this process may use (the
 /// machine's, or its container's limit): the store would not spill before
 /// the system ran out (a line of the log for a node, `warning:

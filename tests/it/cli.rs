@@ -811,3 +811,20 @@ fn a_collection_past_any_real_size_is_refused_and_other_encodings_read_from_stdi
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["pushes"], 2);
 }
+
+#[test]
+fn titles_in_wide_characters_keep_the_levels_table_aligned() {
+    // "{:<24}" padded by characters: a title of CJK characters, two columns
+    // each, pushed the rest of its row to the right
+    use unicode_width::UnicodeWidthStr;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("wide.xsb");
+    std::fs::write(&file, "; 倉庫番の面\n#####\n#@$.#\n#####\n\n; plain\n#####\n#@$.#\n#####\n").unwrap();
+    let o = sokoshard(&["levels", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let size_at = |line: &str| line.find("5x3").map(|i| line[..i].width());
+    let rows: Vec<&str> = out.lines().filter(|l| l.contains("5x3")).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_eq!(size_at(rows[0]), size_at(rows[1]), "{out}");
+}
