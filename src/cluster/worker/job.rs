@@ -361,6 +361,19 @@ impl<K: StateKey> TypedJob<K> {
         self.table.lock().unwrap_or_else(|e| e.into_inner()).owners.clone()
     }
 
+    /// Stops the current step's work and drops its partial layers and
+    /// buffered successors; the step fence then stands at `id`, `dead` if
+    /// that step's late batches and merge are to be refused. Called with
+    /// the step lock held, so no request slips in between.
+    fn void_step(&self, s: &mut StepState, id: u64, dead: bool) {
+        s.cancel.store(true, Ordering::SeqCst);
+        s.cancel = Arc::new(AtomicBool::new(false));
+        (s.id, s.dead) = (id, dead);
+        self.exchange.clear();
+        self.store.abort_layer(Side::Forward);
+        self.store.abort_layer(Side::Backward);
+    }
+
     fn check_step(&self, step: u64) -> Result<(), ClusterError> {
         let s = self.step.lock().unwrap_or_else(|e| e.into_inner());
         if s.id != step {
@@ -438,13 +451,7 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
         }
         if step > s.id {
             // a new step: whatever an older one left behind is void
-            s.cancel.store(true, Ordering::SeqCst);
-            s.id = step;
-            s.cancel = Arc::new(AtomicBool::new(false));
-            s.dead = false;
-            self.exchange.clear();
-            self.store.abort_layer(Side::Forward);
-            self.store.abort_layer(Side::Backward);
+            self.void_step(&mut s, step, false);
         }
         Ok(s.cancel.clone())
     }
@@ -581,23 +588,17 @@ impl<K: StateKey> WorkerJob for TypedJob<K> {
             // an older step's failure or abort: the current one goes on
             return;
         }
-        s.cancel.store(true, Ordering::SeqCst);
-        s.cancel = Arc::new(AtomicBool::new(false));
         // late batches of the step cannot fill it again, nor its merge seal a part
-        s.dead = true;
-        self.exchange.clear();
-        self.store.abort_layer(Side::Forward);
-        self.store.abort_layer(Side::Backward);
+        let id = s.id;
+        self.void_step(&mut s, id, true);
     }
 
     fn reload(&self) {
-        self.abort(None);
         // the coordinator that loads the job again numbers the steps from
         // here: one restarted with its clock behind, or a request that set
         // the fence far ahead, never wedges the job
         let mut s = self.step.lock().unwrap_or_else(|e| e.into_inner());
-        s.id = 0;
-        s.dead = false;
+        self.void_step(&mut s, 0, false);
     }
 
     fn lookup(&self, side: Side, layer: usize, keys: &[u8]) -> Result<Vec<bool>, ClusterError> {
