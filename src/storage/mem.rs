@@ -6,60 +6,34 @@
 //! of layers), at a cost of one byte per state beyond the key (9 bytes per state
 //! with `u64` keys).
 
-use crate::engine::partition::{first_common, gallop, subtract_sorted, PartitionStore, StoreBytes};
+use crate::engine::partition::{subtract_sorted, PartitionStore, StoreBytes};
 use crate::engine::{SeamError, Side};
 use crate::model::key::StateKey;
+use crate::storage::layered::LayeredKeys;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// Sorted unique keys of the layers `first..=last`; `offset[i]` is the layer of
-/// `keys[i]` minus `first` (empty when the run holds one layer).
+/// Sorted unique keys of the layers `first..=last`.
 struct Run<K> {
     first: usize,
     last: usize,
-    keys: Vec<K>,
-    offset: Vec<u8>,
+    keys: LayeredKeys<K>,
     /// Keys per layer, `lens[l - first]`.
     lens: Vec<u64>,
 }
 
 impl<K: StateKey> Run<K> {
-    fn layer_of(&self, i: usize) -> usize {
-        if self.offset.is_empty() {
-            self.first
-        } else {
-            self.first + self.offset[i] as usize
-        }
-    }
-
     fn bytes(&self) -> u64 {
-        (self.keys.capacity() * std::mem::size_of::<K>() + self.offset.capacity() + self.lens.capacity() * 8) as u64
+        self.keys.bytes() + self.lens.capacity() as u64 * 8
     }
 
     /// Merges two runs of adjacent layer ranges (`a` older).
     fn merge(a: Run<K>, b: Run<K>) -> Run<K> {
-        let first = a.first;
-        let n = a.keys.len() + b.keys.len();
-        let mut keys = Vec::with_capacity(n);
-        let mut offset = Vec::with_capacity(n);
-        let (mut i, mut j) = (0, 0);
-        while i < a.keys.len() || j < b.keys.len() {
-            // a key is stored in one layer only, so the runs never share a key
-            let take_a = j == b.keys.len() || (i < a.keys.len() && a.keys[i] < b.keys[j]);
-            if take_a {
-                keys.push(a.keys[i]);
-                offset.push((a.layer_of(i) - first) as u8);
-                i += 1;
-            } else {
-                keys.push(b.keys[j]);
-                offset.push((b.layer_of(j) - first) as u8);
-                j += 1;
-            }
-        }
+        let keys = LayeredKeys::merge(a.keys, b.keys, b.first - a.first);
         let mut lens = a.lens;
         lens.extend(b.lens);
-        Run { first, last: b.last, keys, offset, lens }
+        Run { first: a.first, last: b.last, keys, lens }
     }
 }
 
@@ -139,28 +113,7 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
     ) -> Result<(), SeamError> {
         let part = self.part(partition);
         let Some(run) = part.sides[side.index()].run_of(layer) else { return Ok(()) };
-        if run.offset.is_empty() {
-            for chunk in run.keys.chunks(4096) {
-                f(chunk)?;
-            }
-        } else {
-            // an old layer inside a merged run: filter it out, a chunk at a time
-            let want = (layer - run.first) as u8;
-            let mut buf = Vec::with_capacity(4096);
-            for (k, &o) in run.keys.iter().zip(&run.offset) {
-                if o == want {
-                    buf.push(*k);
-                    if buf.len() == 4096 {
-                        f(&buf)?;
-                        buf.clear();
-                    }
-                }
-            }
-            if !buf.is_empty() {
-                f(&buf)?;
-            }
-        }
-        Ok(())
+        run.keys.for_each_chunk(layer - run.first, 4096, f)
     }
     fn retain_unseen(&self, side: Side, partition: usize, candidates: &mut Vec<K>) -> Result<(), SeamError> {
         let part = self.part(partition);
@@ -169,7 +122,7 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
             if candidates.is_empty() {
                 break;
             }
-            subtract_sorted(candidates, &run.keys);
+            subtract_sorted(candidates, run.keys.keys());
         }
         Ok(())
     }
@@ -182,23 +135,9 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
             if best.is_some_and(|(_, l)| l < run.first) {
                 continue;
             }
-            if run.offset.is_empty() {
-                if let Some(k) = first_common(keys, &run.keys) {
-                    best = Some((k, run.first));
-                }
-                continue;
-            }
-            let mut consider = |k: K, j: usize| {
-                let layer = run.layer_of(j);
-                if best.is_none_or(|(_, l)| layer < l) {
-                    best = Some((k, layer));
-                }
-            };
-            let mut j = 0;
-            for k in keys {
-                j = gallop(&run.keys, j, k);
-                if run.keys.get(j) == Some(k) {
-                    consider(*k, j);
+            if let Some((k, off)) = run.keys.lowest_common(keys) {
+                if best.is_none_or(|(_, l)| run.first + off < l) {
+                    best = Some((k, run.first + off));
                 }
             }
         }
@@ -207,7 +146,7 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
     fn contains(&self, side: Side, layer: usize, partition: usize, key: &K) -> Result<bool, SeamError> {
         let part = self.part(partition);
         let Some(run) = part.sides[side.index()].run_of(layer) else { return Ok(false) };
-        Ok(run.keys.binary_search(key).is_ok_and(|i| run.layer_of(i) == layer))
+        Ok(run.keys.contains(key, layer - run.first))
     }
     fn push_layer(&self, side: Side, partition: usize, mut keys: Vec<K>) -> Result<(), SeamError> {
         keys.shrink_to_fit();
@@ -244,7 +183,7 @@ impl<K: StateKey> PartitionStore<K> for MemStore<K> {
             let s = &mut part.sides[side.index()];
             let keys = s.pending.take().unwrap_or_default();
             let len = keys.len() as u64;
-            s.runs.push(Run { first: layer, last: layer, keys, offset: Vec::new(), lens: vec![len] });
+            s.runs.push(Run { first: layer, last: layer, keys: LayeredKeys::single(keys), lens: vec![len] });
             s.compact();
         });
         self.sealed[side.index()].fetch_add(1, Ordering::AcqRel);

@@ -7,6 +7,7 @@ pub mod envelope;
 pub mod error;
 pub mod files;
 pub mod kdb;
+pub(crate) mod layered;
 pub mod mem;
 pub mod shard;
 pub mod spill;

@@ -1,5 +1,6 @@
 //! Compaction: older disk layers merged, eight at a time, into runs whose keys
-//! carry their layer as a one-byte offset ([`TagKey`]).
+//! carry their layer as a one-byte offset ([`TagKey`]), and older RAM layers
+//! merged in RAM, two at a time, as the in-memory store does.
 
 use super::*;
 
@@ -108,6 +109,44 @@ impl<K: StateKey> Source<'_, K> {
 }
 
 impl<K: StateKey> DiskStore<K> {
+    /// Merges the older RAM layers of one partition as the in-memory store
+    /// does ([`crate::storage::mem`]): the frontier stays alone, and the two
+    /// runs before it become one while the older is not more than twice the
+    /// newer, so that a search that fits its budget checks O(log layers) runs
+    /// as it would without a budget. A merge holds both copies for a moment,
+    /// so it happens only while they fit the partition's share; the merged run
+    /// costs a byte a key more.
+    fn merge_ram(&self, part: &mut Part<K>, s: usize) {
+        let ram_only = |r: &Run<K>| r.keys.is_some() && r.shard.is_none();
+        loop {
+            let runs = &part.runs[s];
+            let n = runs.len();
+            if n < 3 {
+                return;
+            }
+            let (a, b) = (&runs[n - 3], &runs[n - 2]);
+            if !ram_only(a) || !ram_only(b) || a.len() > 2 * b.len().max(1) || b.last() - a.first > MAX_SPAN {
+                return;
+            }
+            let merged = LayeredKeys::<K>::merged_bytes((a.len() + b.len()) as usize);
+            if part.mem + merged > self.part_share {
+                return;
+            }
+            let runs = &mut part.runs[s];
+            let (Some(frontier), Some(b), Some(a)) = (runs.pop(), runs.pop(), runs.pop()) else { return };
+            let before = a.ram_bytes() + b.ram_bytes() + RUN_RECORD;
+            let (Some(ka), Some(kb)) = (a.keys, b.keys) else { return };
+            let keys = LayeredKeys::merge(ka, kb, b.first - a.first);
+            let mut lens = a.lens;
+            lens.resize(b.first - a.first, 0);
+            lens.extend(b.lens);
+            part.mem = part.mem.saturating_sub(before) + keys.bytes();
+            let run = Run { first: a.first, lens, keys: Some(keys), shard: None, seq: a.seq.min(b.seq), tier: a.tier };
+            runs.push(run);
+            runs.push(frontier);
+        }
+    }
+
     /// Merges disk runs of one partition, LSM-style, so that lookups visit
     /// O(log layers) files instead of one per layer: when the newest
     /// [`MERGE_FANIN`] disk runs before the frontier are all of one tier, they
@@ -122,6 +161,7 @@ impl<K: StateKey> DiskStore<K> {
         }
         let s = side.index();
         let mut g = self.part(p);
+        self.merge_ram(&mut g, s);
         loop {
             let runs = &g.runs[s];
             let n = runs.len();
@@ -185,6 +225,28 @@ impl<K: StateKey> DiskStore<K> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let shard = Shard { file, bytes: info.bytes, reader: None, reader_mem: 0, pooled: false };
         Ok(Run { first, lens, keys: None, shard: Some(shard), seq, tier: group[0].tier.saturating_add(1) })
+    }
+
+    /// Writes a merged RAM run (layers `first..=last`) to its tagged file, for
+    /// an eviction.
+    pub(super) fn write_merged(
+        &self,
+        side: Side,
+        p: usize,
+        first: usize,
+        last: usize,
+        keys: &LayeredKeys<K>,
+    ) -> Result<Shard<K>, StorageError> {
+        let file = FileName { first, last };
+        let path = file.path(&self.dir, side, p);
+        Self::ensure_parent(&path)?;
+        let mut w = ShardWriter::<TagKey<K>>::create(&path, Self::meta(side, first, p))?.unsynced();
+        for (i, &key) in keys.keys().iter().enumerate() {
+            w.push(TagKey { key, offset: keys.offset_of(i) as u8 })?;
+        }
+        let info = w.finish()?;
+        self.account_written(info.bytes, info.keys);
+        Ok(Shard { file, bytes: info.bytes, reader: None, reader_mem: 0, pooled: false })
     }
 
     /// A fresh reader for merging (the cached one stays untouched).

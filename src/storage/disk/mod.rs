@@ -15,8 +15,11 @@
 //! LSM-style, eight at a time into runs `L{first}-{last}/p{partition}.shard`
 //! whose keys carry their layer as a one-byte offset ([`TagKey`]: one byte per
 //! state more, and the run still answers "is it in layer L" and "which layer").
-//! The frontier and RAM layers are never merged, nor are checkpoints (durable
-//! mode).
+//! Older RAM layers are merged in RAM the way the in-memory store merges its
+//! layers ([`crate::storage::layered`]), so that a search that fits its budget
+//! checks as few runs as it would without one; a merged RAM run evicted under
+//! [`SpillPolicy::KeepNewest`] becomes a merged disk run. The frontier is never
+//! merged, nor is anything of a checkpoint (durable mode).
 //!
 //! Lookups work the same on both media: RAM layers by merge or binary search,
 //! disk runs through [`ShardReader::find_in_ranges`] (each block read at most
@@ -44,7 +47,7 @@
 //!
 //! Files: this one holds the store (its parts, runs and the `PartitionStore`
 //! seam); `pack` the durable layer packs, `readers` the shard-reader cache,
-//! `compact` the merging of old layers, `manifest` the durable manifest,
+//! `compact` the merging of old layers (on disk and in RAM), `manifest` the durable manifest,
 //! `tests` the tests.
 //!
 //! Manifest (`DIR/manifest`, little-endian, written to `manifest.tmp`, fsynced
@@ -69,9 +72,10 @@
 //! ..     8  xxh3-64 of every byte before it
 //! ```
 
-use crate::engine::partition::{first_common, remove_indices, subtract_sorted, PartitionStore, StoreBytes};
+use crate::engine::partition::{remove_indices, subtract_sorted, PartitionStore, StoreBytes};
 use crate::engine::{SeamError, Side};
 use crate::model::key::StateKey;
+use crate::storage::layered::LayeredKeys;
 use crate::storage::shard::{sync_parent_dir, ShardMeta, ShardReader, ShardWriter};
 use crate::storage::StorageError;
 use rayon::prelude::*;
@@ -208,13 +212,13 @@ struct Shard<K: StateKey> {
 }
 
 /// One partition's layers `first..first + lens.len()` of one side: in RAM (one
-/// layer), on disk, or both (durable mode keeps a RAM copy of a written layer
-/// while it fits). Layers no run covers are empty.
+/// layer, or older RAM layers merged), on disk, or both (durable mode keeps a
+/// RAM copy of a written layer while it fits). Layers no run covers are empty.
 struct Run<K: StateKey> {
     first: usize,
     /// Keys per layer.
     lens: Vec<u64>,
-    keys: Option<Vec<K>>,
+    keys: Option<LayeredKeys<K>>,
     shard: Option<Shard<K>>,
     /// Order of arrival across both sides, for [`SpillPolicy::KeepNewest`].
     seq: u64,
@@ -230,7 +234,7 @@ impl<K: StateKey> Run<K> {
         self.lens.iter().sum()
     }
     fn ram_bytes(&self) -> u64 {
-        self.keys.as_ref().map_or(0, |k| (k.capacity() * std::mem::size_of::<K>()) as u64)
+        self.keys.as_ref().map_or(0, LayeredKeys::bytes)
     }
     fn on_disk_only(&self) -> bool {
         self.keys.is_none() && self.shard.is_some()
@@ -332,10 +336,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             return Ok(());
         }
         if let Some(keys) = &run.keys {
-            for chunk in keys.chunks(CHUNK) {
-                f(chunk)?;
-            }
-            return Ok(());
+            return keys.for_each_chunk(off, CHUNK, f);
         }
         self.with_reader(run, mem, side, partition, |r| match r {
             Reader::Plain(x) => x.for_each_block(|b| f(b)),
@@ -368,7 +369,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
                 continue;
             }
             if let Some(keys) = &run.keys {
-                subtract_sorted(candidates, keys);
+                subtract_sorted(candidates, keys.keys());
                 continue;
             }
             hits.clear();
@@ -391,8 +392,8 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
                 continue;
             }
             if let Some(ram) = &run.keys {
-                if let Some(k) = first_common(keys, ram) {
-                    return Ok(Some((k, run.first)));
+                if let Some((k, off)) = ram.lowest_common(keys) {
+                    return Ok(Some((k, run.first + off)));
                 }
                 continue;
             }
@@ -430,7 +431,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             return Ok(false);
         }
         if let Some(keys) = &run.keys {
-            return Ok(keys.binary_search(key).is_ok());
+            return Ok(keys.contains(key, off));
         }
         Ok(self.with_reader(run, mem, side, partition, |r| match r {
             Reader::Plain(x) => x.contains(key),
@@ -466,7 +467,7 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         }
         if fits {
             part.mem += bytes;
-            run.keys = Some(keys);
+            run.keys = Some(LayeredKeys::single(keys));
         }
         part.mem += RUN_RECORD;
         part.pending[s] = Some(run);
@@ -494,15 +495,15 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
             if let Some(ram) = run.keys.take() {
                 // the RAM copy goes; what the writer lacks of it is written first
                 if part.writer[s].is_none() {
-                    part.writer[s] = Some(self.start_layer(side, layer, partition, &ram)?);
+                    part.writer[s] = Some(self.start_layer(side, layer, partition, ram.keys())?);
                 }
-                part.mem = part.mem.saturating_sub((ram.capacity() * std::mem::size_of::<K>()) as u64);
+                part.mem = part.mem.saturating_sub(ram.bytes());
             }
         }
         if self.opts.durable && part.writer[s].is_none() && run.lens[0] * size_of::<K>() as u64 > PACK_MAX {
             // too large for the layer's pack now: its own file starts, with
             // what the RAM copy holds so far
-            let so_far = run.keys.as_deref().unwrap_or(&[]);
+            let so_far = run.keys.as_ref().map_or(&[][..], LayeredKeys::keys);
             part.writer[s] = Some(self.start_layer(side, layer, partition, so_far)?);
         }
         match part.writer[s].as_mut() {
@@ -522,9 +523,9 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         }
         if fits {
             if let Some(ram) = run.keys.as_mut() {
-                let before = (ram.capacity() * std::mem::size_of::<K>()) as u64;
-                ram.extend_from_slice(&keys);
-                part.mem += (ram.capacity() * std::mem::size_of::<K>()) as u64 - before;
+                let before = ram.bytes();
+                ram.extend_single(&keys);
+                part.mem += ram.bytes() - before;
             }
         }
         Ok(())
@@ -534,9 +535,9 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
         let mut g = self.part(partition);
         let part = &mut *g;
         if let Some(ram) = part.pending[side.index()].as_mut().and_then(|r| r.keys.as_mut()) {
-            let before = (ram.capacity() * std::mem::size_of::<K>()) as u64;
+            let before = ram.bytes();
             ram.shrink_to_fit();
-            part.mem = part.mem.saturating_sub(before - (ram.capacity() * std::mem::size_of::<K>()) as u64);
+            part.mem = part.mem.saturating_sub(before - ram.bytes());
         }
         Ok(self.end_pending(part, side.index())?)
     }
@@ -831,7 +832,7 @@ impl<K: StateKey> DiskStore<K> {
             let run = g.runs[s].last().filter(|r| r.first == layer);
             own.push(run.is_some_and(|r| r.shard.is_some()));
             if let Some(keys) = run.filter(|r| r.shard.is_none()).and_then(|r| r.keys.as_ref()) {
-                packed.push((p, keys.clone()));
+                packed.push((p, keys.keys().to_vec()));
             }
         }
         if !packed.is_empty() {
@@ -880,7 +881,7 @@ impl<K: StateKey> DiskStore<K> {
             let mut run = Run { first: layer, lens: vec![keys.len() as u64], keys: None, shard: None, seq, tier: 0 };
             if self.layer_fits(part, p, RUN_RECORD + bytes)? {
                 part.mem += bytes;
-                run.keys = Some(keys);
+                run.keys = Some(LayeredKeys::single(keys));
             } else {
                 run.shard = Some(self.write_layer(side, layer, p, &keys)?);
             }
@@ -1015,8 +1016,12 @@ impl<K: StateKey> DiskStore<K> {
             let side = Side::from_index(s);
             let r = &mut part.runs[s][i];
             if r.shard.is_none() {
-                let keys = r.keys.as_deref().unwrap_or(&[]);
-                r.shard = Some(self.write_layer(side, r.first, p, keys)?);
+                r.shard = match &r.keys {
+                    Some(keys) if keys.merged() => Some(self.write_merged(side, p, r.first, r.last(), keys)?),
+                    keys => {
+                        Some(self.write_layer(side, r.first, p, keys.as_ref().map_or(&[][..], LayeredKeys::keys))?)
+                    }
+                };
             }
             let freed = r.ram_bytes();
             r.keys = None;
