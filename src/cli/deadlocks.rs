@@ -2,19 +2,19 @@
 //! and looking inside them.
 
 use super::progress::KProgress;
-use super::{read_collection, OneLevel, EXIT_NOT_SOLVED, EXIT_OK};
+use super::{read_collection, OneLevel, Selection, EXIT_BAD_INPUT, EXIT_NOT_SOLVED, EXIT_OK};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sokoshard::cluster::client::TableOptions;
 use sokoshard::engine::kpg::{unpack, DeadPlayers, KChoice, KStats, KTable, Packed, MAX_K};
 use sokoshard::model::board::Board;
-use sokoshard::model::level::parse_one;
+use sokoshard::model::level::{parse_one, Level};
 use sokoshard::model::pairs::DEAD;
 use sokoshard::solve::build_tables;
 use sokoshard::storage::kdb;
 use sokoshard::sys::human_bytes;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,7 +22,8 @@ use std::time::Duration;
 
 #[derive(clap::Subcommand)]
 pub enum DeadlocksCommand {
-    /// Build k-PG deadlock tables for one level and save them.
+    /// Build k-PG deadlock tables for one level, or for each level of a
+    /// collection, and save them.
     Build(Box<BuildArgs>),
     /// Counts per k and a few patterns drawn as boards.
     Show(ShowArgs),
@@ -34,11 +35,22 @@ pub struct BuildArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub select: OneLevel,
+    /// Range of 1-based indices, e.g. 3-17: a database per level, in the
+    /// `-o` directory.
+    #[arg(long, conflicts_with_all = ["level", "title", "all"])]
+    pub levels: Option<String>,
+    /// Every level of the collection: a database per level, in the `-o`
+    /// directory.
+    #[arg(long, conflicts_with_all = ["level", "title"])]
+    pub all: bool,
     /// Largest k (boxes per sub-game), 1 to 8 [default: the k a solve of the
     /// level would choose].
     #[arg(long)]
     pub k: Option<usize>,
-    /// Output database file.
+    /// Output database file; with `--levels` or `--all`, or when it is an
+    /// existing directory, the directory that gets one database per level,
+    /// named by the level's fingerprint, where `solve --deadlocks DIR` finds
+    /// each level's own.
     #[arg(short = 'o', long)]
     pub output: PathBuf,
     /// Worker threads (default: all cores).
@@ -47,8 +59,9 @@ pub struct BuildArgs {
     /// One JSON object per k on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Time limit in seconds: the tables of every k finished by then are
-    /// written, and the command exits 1 (as on Ctrl-C).
+    /// Time limit in seconds, per level: the tables of every k finished by
+    /// then are written, and the command exits 1 (as on Ctrl-C, which also
+    /// stops the levels after the one being built).
     #[arg(long, value_parser = super::positive_seconds)]
     pub timeout: Option<f64>,
     /// Build on a cluster: this coordinator's workers play the k-games.
@@ -97,18 +110,123 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     let threads = super::threads(args.threads, false)?;
     let all = read_collection(&args.file)?;
     let source = args.file.display().to_string();
-    let level = args.select.pick(&all, &source)?.parse()?;
-    let board = Arc::new(Board::new(&level)?);
-    super::check_output("-o", &args.output, &[("the level file", args.file.as_path())])?;
-    if let Some(addr) = &args.coordinator {
-        return build_on_cluster(&args, addr, &level, &board);
+    let many = args.levels.is_some() || args.all;
+    let picked = if many {
+        Selection { levels: args.levels.clone(), all: args.all, ..Default::default() }.pick(&all, &source)?
+    } else {
+        if args.select.level.is_none() && args.select.title.is_none() && all.len() > 1 {
+            anyhow::bail!(
+                "{source} has {} levels: pick one with --level N or --title T, or build a database for each with --levels A-B or --all",
+                all.len()
+            );
+        }
+        vec![args.select.pick(&all, &source)?]
+    };
+    // one level's database is the file named, a collection's a directory
+    // of them (and so is any database written into an existing directory)
+    let dir = (many || args.output.is_dir()).then(|| args.output.clone());
+    if let Some(d) = &dir {
+        std::fs::create_dir_all(d).with_context(|| format!("-o {}: cannot make the directory", d.display()))?;
+    }
+    match &args.coordinator {
+        // Ctrl-C cancels the job, which keeps the k finished, as it cancels
+        // `submit`'s (a hang-up or SIGTERM ends the client alone: the job
+        // goes on); a second Ctrl-C ends the client while it waits
+        Some(_) => super::on_stop_signals(super::StopOn::Interrupt, || {
+            if CLUSTER_STOPPING.swap(true, Ordering::SeqCst) {
+                errln!("interrupted again: the job may still be cancelling on the cluster");
+                std::process::exit(130);
+            }
+            CLUSTER_STOP.notify_one();
+        }),
+        None => super::on_stop_signals(super::StopOn::InterruptTermAndHangUp, || {
+            INTERRUPTED.store(true, Ordering::SeqCst);
+            STOP.store(true, Ordering::SeqCst);
+        }),
     }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
-    super::on_stop_signals(super::StopOn::InterruptTermAndHangUp, || STOP.store(true, Ordering::SeqCst));
+    let (mut built, mut failed, mut short) = (0, 0, 0);
+    let mut stopped_at = None;
+    for text in &picked {
+        // a time limit raised the flag for the level before, Ctrl-C for all
+        STOP.store(false, Ordering::SeqCst);
+        if INTERRUPTED.load(Ordering::SeqCst) || CLUSTER_STOPPING.load(Ordering::SeqCst) {
+            stopped_at = Some(text.index);
+            break;
+        }
+        let parsed = text.parse().map_err(anyhow::Error::from).and_then(|l| Ok((Board::new(&l)?, l)));
+        let (board, level) = match (parsed, &dir) {
+            (Ok((b, l)), _) => (Arc::new(b), l),
+            // in a collection a bad level is that level's error; the others
+            // are built
+            (Err(e), Some(_)) => {
+                errln!("error: level {} ({}): {e:#}", text.index, text.title);
+                failed += 1;
+                continue;
+            }
+            (Err(e), None) => return Err(e),
+        };
+        let output = match &dir {
+            Some(d) => kdb::level_file(d, &board),
+            None => args.output.clone(),
+        };
+        super::check_output("-o", &output, &[("the level file", args.file.as_path())])?;
+        if dir.is_some() && !args.json {
+            outln!("level {} ({}):", level.index, level.title)?;
+        }
+        let done = match &args.coordinator {
+            Some(addr) => build_on_cluster(&args, addr, &level, &board, &output)?,
+            None => build_here(&args, &pool, &level, board, &output)?,
+        };
+        match done {
+            Built::Whole => built += 1,
+            Built::Part => short += 1,
+            Built::Nothing => {}
+        }
+    }
+    if let Some(d) = &dir {
+        let mut line = format!("{built} of {} levels' databases complete in {}", picked.len(), d.display());
+        if short > 0 {
+            line += &format!(", {short} stopped short");
+        }
+        if failed > 0 {
+            line += &format!(", {failed} levels unreadable");
+        }
+        errln!("{line}");
+        if let Some(i) = stopped_at {
+            let last = picked.last().map_or(i, |t| t.index);
+            errln!("interrupted before level {i}: `--levels {i}-{last}` goes on from there");
+        }
+    }
+    Ok(ExitCode::from(if failed > 0 {
+        EXIT_BAD_INPUT
+    } else if built == picked.len() {
+        EXIT_OK
+    } else {
+        EXIT_NOT_SOLVED
+    }))
+}
+
+/// What a level's build left: a database of every k asked for, one cut short
+/// by a time limit or Ctrl-C, or nothing.
+enum Built {
+    Whole,
+    Part,
+    Nothing,
+}
+
+/// Builds one level's tables on this machine and writes them to `output`.
+fn build_here(
+    args: &BuildArgs,
+    pool: &rayon::ThreadPool,
+    level: &Level,
+    board: Arc<Board>,
+    output: &Path,
+) -> Result<Built> {
     let timer = args.timeout.map(|s| super::StopTimer::start(Duration::from_secs_f64(s), &STOP)).transpose()?;
     let progress = KProgress::with_k_lines(format!("level {} ({})", level.index, level.title));
-    let (tables, stats) = pool
-        .install(|| build_tables(board.clone(), args.k.map_or(KChoice::Auto, KChoice::UpTo), 16, &STOP, &progress))?;
+    let (tables, stats) =
+        pool.install(|| build_tables(board, args.k.map_or(KChoice::Auto, KChoice::UpTo), 16, &STOP, &progress))?;
     progress.finish();
     let stopped = match (timer.is_some_and(|t| t.fired()), STOP.load(Ordering::SeqCst)) {
         (true, _) => Some("stopped by the time limit"),
@@ -117,19 +235,19 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
     };
     if let (Some(why), true) = (stopped, tables.tables.is_empty()) {
         errln!("error: {why} before the 1-box game was finished; nothing written");
-        return Ok(ExitCode::from(EXIT_NOT_SOLVED));
+        return Ok(Built::Nothing);
     }
     // the bounded search's pair penalties go into the file beside the patterns
     let tables = tables.with_level_pairs();
-    let bytes = kdb::save(&args.output, &tables, &stored_text(&level))?;
-    report_build(&args, &stats, &tables.tables, bytes, stopped)?;
+    let bytes = kdb::save(output, &tables, &stored_text(level))?;
+    report_build(args, level, output, &stats, &tables.tables, bytes, stopped)?;
     Ok(match stopped {
         Some(why) => {
             let done = stats.last().map_or(0, |s| s.k);
             errln!("{why} in the {}-box game: the file holds the tables of k = 1..{done}", done + 1);
-            ExitCode::from(EXIT_NOT_SOLVED)
+            Built::Part
         }
-        None => ExitCode::from(EXIT_OK),
+        None => Built::Whole,
     })
 }
 
@@ -153,14 +271,13 @@ static CLUSTER_STOPPING: AtomicBool = AtomicBool::new(false);
 /// Raised by Ctrl-C, SIGTERM, SIGHUP or `--timeout` during a local build.
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// Raised by Ctrl-C, SIGTERM or SIGHUP during a local build: no level after
+/// the one being built is started.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
 /// `deadlocks build --coordinator`: the cluster plays the k-games; the database
 /// comes back checked against this level and is written like a local build's.
-fn build_on_cluster(
-    args: &BuildArgs,
-    addr: &str,
-    level: &sokoshard::model::level::Level,
-    board: &Arc<Board>,
-) -> Result<ExitCode> {
+fn build_on_cluster(args: &BuildArgs, addr: &str, level: &Level, board: &Arc<Board>, output: &Path) -> Result<Built> {
     let net = args.net.config()?;
     // as a local build keeps it, so that both write the same file
     let text = stored_text(level);
@@ -178,43 +295,36 @@ fn build_on_cluster(
                 b.set_message(format!("{}: {}", v.state, v.message));
             }
         };
-        // Ctrl-C cancels the job, which keeps the k finished, as it cancels
-        // `submit`'s (a hang-up or SIGTERM ends the client alone: the job
-        // goes on); a second Ctrl-C ends the client while it waits
-        super::on_stop_signals(super::StopOn::Interrupt, || {
-            if CLUSTER_STOPPING.swap(true, Ordering::SeqCst) {
-                errln!("interrupted again: the job may still be cancelling on the cluster");
-                std::process::exit(130);
-            }
-            CLUSTER_STOP.notify_one();
-        });
         c.build_tables(&text, &level.title, level.index as u32, how, on_update, CLUSTER_STOP.notified()).await
     })?;
     let (bytes, stats) = (built.kdb, built.stats);
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let file = kdb::decode(&args.output, &bytes)?;
+    let file = kdb::decode(output, &bytes)?;
     anyhow::ensure!(
         file.fingerprint == board.fingerprint() && file.floor == board.floor_count(),
         "the cluster returned tables of another level"
     );
-    super::write_whole(&args.output, &bytes)?;
-    report_build(args, &stats, &file.tables, bytes.len() as u64, built.cut_short.as_deref())?;
+    super::write_whole(output, &bytes)?;
+    report_build(args, level, output, &stats, &file.tables, bytes.len() as u64, built.cut_short.as_deref())?;
     Ok(match built.cut_short {
         Some(note) => {
             errln!("{note}: the file holds what was finished");
-            ExitCode::from(EXIT_NOT_SOLVED)
+            Built::Part
         }
-        None => ExitCode::from(EXIT_OK),
+        None => Built::Whole,
     })
 }
 
 /// The build report, the same for a local and a cluster build: a line (or JSON
-/// object) per k, then the file written (with `--json`, an object with the
-/// file, its size and why the build stopped short, if it did).
+/// object, with the level's index) per k, then the file written (with
+/// `--json`, an object with the level, the file, its size and why the build
+/// stopped short, if it did).
 fn report_build(
     args: &BuildArgs,
+    level: &Level,
+    output: &Path,
     stats: &[KStats],
     tables: &[KTable],
     bytes: u64,
@@ -224,6 +334,7 @@ fn report_build(
         let table_bytes = tables.iter().find(|t| t.k == s.k).map_or(0, kdb::table_bytes);
         if args.json {
             let mut v = serde_json::to_value(s)?;
+            v["level"] = level.index.into();
             v["file_bytes"] = table_bytes.into();
             outln!("{v}")?;
         } else {
@@ -231,10 +342,10 @@ fn report_build(
         }
     }
     if args.json {
-        let v = serde_json::json!({ "wrote": args.output.display().to_string(), "bytes": bytes, "stopped": stopped });
+        let v = serde_json::json!({ "level": level.index, "wrote": output.display().to_string(), "bytes": bytes, "stopped": stopped });
         outln!("{v}")?;
     } else {
-        outln!("wrote {} ({})", args.output.display(), human_bytes(bytes))?;
+        outln!("wrote {} ({})", output.display(), human_bytes(bytes))?;
     }
     Ok(())
 }

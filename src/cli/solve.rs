@@ -111,7 +111,9 @@ pub struct SolveArgs {
     /// no table at all, not even dead squares.
     #[arg(long, conflicts_with = "deadlocks")]
     pub kpg: Option<usize>,
-    /// Load k-PG deadlock tables from a database built by `deadlocks build`.
+    /// Load k-PG deadlock tables from a database built by `deadlocks build`:
+    /// a file, or a directory of them (`deadlocks build --all -o DIR`), where
+    /// each level finds its own. A level without one builds its own tables.
     #[arg(long)]
     pub deadlocks: Option<PathBuf>,
     /// What the solution must be optimal for: `pushes,moves` (the default)
@@ -279,7 +281,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         if INTERRUPTED.load(Ordering::SeqCst) {
             break;
         }
-        let tables = Tables { kpg: args.kpg, file: args.deadlocks.as_deref().zip(database.as_ref()) };
+        let tables = Tables { kpg: args.kpg, database: database.as_ref() };
         let outcome = solve_one(text, &opts, &pool, args.timeout, &tables);
         let printed = print_outcome(&outcome, args.json);
         outcomes.push(outcome);
@@ -314,38 +316,86 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// Where a solve's deadlock tables come from: a database (its path and
-/// contents) for the levels it was built for, else built as `kpg` says.
+/// Where a solve's deadlock tables come from: a database for the levels it
+/// was built for, else built as `kpg` says.
 struct Tables<'a> {
     kpg: Option<usize>,
-    file: Option<(&'a std::path::Path, &'a kdb::KdbFile)>,
+    database: Option<&'a Database>,
 }
 
-/// Reads `--deadlocks` once and matches it with the levels picked: an error
-/// if it fits none of them (the first one's mismatch, naming how it
-/// differs), and a warning if it fits only some, which build their own.
-fn read_database(path: &std::path::Path, picked: &[&LevelText]) -> Result<kdb::KdbFile> {
-    let file = kdb::read(path)?;
-    let (mut fits, mut first_misfit, mut misfits) = (0, None, 0);
-    for text in picked {
-        let Ok(board) = text.parse().map_err(drop).and_then(|l| Board::new(&l).map_err(drop)) else { continue };
-        match kdb::check_level(path, &file, &board) {
-            Ok(()) => fits += 1,
-            Err(e) => {
-                misfits += 1;
-                first_misfit.get_or_insert(e);
+/// `--deadlocks`: one database file, read once, or a directory of them,
+/// each read when its level comes.
+enum Database {
+    File(PathBuf, Box<kdb::KdbFile>),
+    Dir(PathBuf),
+}
+
+impl Database {
+    /// The database of `board`'s level, if there is one: its path and
+    /// contents, read and matched (a damaged one is an error naming it).
+    fn for_level(&self, board: &Board) -> Result<Option<(PathBuf, kdb::KdbFile)>, kdb::KdbError> {
+        match self {
+            Database::File(path, file) => {
+                // another level's database: said once before the first level
+                // (`read_database`), and matched before the tables are copied
+                Ok(kdb::check_level(path, file, board).is_ok().then(|| (path.clone(), (**file).clone())))
+            }
+            Database::Dir(dir) => {
+                let path = kdb::level_file(dir, board);
+                if !path.exists() {
+                    return Ok(None);
+                }
+                let file = kdb::read(&path)?;
+                // a file renamed into the directory under another level's name
+                kdb::check_level(&path, &file, board)?;
+                Ok(Some((path, file)))
             }
         }
     }
-    match first_misfit {
-        Some(e) if fits == 0 => return Err(e.into()),
-        Some(_) => errln!(
+}
+
+/// Reads `--deadlocks` once and matches it with the levels picked: an error
+/// if it fits none of them (for a file, the first one's mismatch, naming how
+/// it differs), and a warning if it fits only some, which build their own. A
+/// directory's files are read only when their levels come.
+fn read_database(path: &std::path::Path, picked: &[&LevelText]) -> Result<Database> {
+    let boards = picked.iter().filter_map(|t| t.parse().ok().and_then(|l| Board::new(&l).ok()));
+    let (fits, misfits, database) = if path.is_dir() {
+        let (have, lack): (Vec<Board>, Vec<Board>) = boards.partition(|b| kdb::level_file(path, b).exists());
+        if have.is_empty() && !lack.is_empty() {
+            anyhow::bail!(
+                "{}: no database in it is of the levels picked (a level's is named by its fingerprint, as `deadlocks build --all -o {}` writes them; level {}'s would be {})",
+                path.display(),
+                path.display(),
+                picked[0].index,
+                kdb::level_file(path, &lack[0]).display()
+            );
+        }
+        (have.len(), lack.len(), Database::Dir(path.to_path_buf()))
+    } else {
+        let file = kdb::read(path)?;
+        let (mut fits, mut first_misfit, mut misfits) = (0, None, 0);
+        for board in boards {
+            match kdb::check_level(path, &file, &board) {
+                Ok(()) => fits += 1,
+                Err(e) => {
+                    misfits += 1;
+                    first_misfit.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_misfit.filter(|_| fits == 0) {
+            return Err(e.into());
+        }
+        (fits, misfits, Database::File(path.to_path_buf(), Box::new(file)))
+    };
+    if misfits > 0 {
+        errln!(
             "warning: {} holds the tables of {fits} of the levels picked; the other {misfits} build their own",
             path.display()
-        ),
-        None => {}
+        );
     }
-    Ok(file)
+    Ok(database)
 }
 
 fn solve_one(
@@ -373,21 +423,26 @@ fn solve_one(
     outcome.level = Some(level);
     let mut opts = opts.clone();
     opts.deadline = timeout.and_then(sokoshard::engine::search::deadline_in);
-    opts.tables = match (tables.file, tables.kpg) {
-        // another level's database: said once before the first level
-        // (`read_database`), and matched before the tables are copied
-        (Some((path, file)), kpg) if kdb::check_level(path, file, &board).is_err() => {
-            TableSource::Build(kpg.map_or(KChoice::Auto, KChoice::UpTo))
+    let found = match tables.database.map(|d| d.for_level(&board)).transpose() {
+        Ok(found) => found.flatten(),
+        Err(e) => {
+            outcome.error = Some(e.to_string());
+            return outcome;
         }
-        (Some((path, file)), _) => match kdb::bind(path, file.clone(), board.clone()) {
-            Ok(t) => TableSource::Given(Arc::new(t)),
+    };
+    let mut read_from = None;
+    opts.tables = match (found, tables.kpg) {
+        (Some((path, file)), _) => match kdb::bind(&path, file, board.clone()) {
+            Ok(t) => {
+                read_from = Some(path.display().to_string());
+                TableSource::Given(Arc::new(t))
+            }
             Err(e) => {
                 outcome.error = Some(e.to_string());
                 return outcome;
             }
         },
-        (None, Some(k)) => TableSource::Build(KChoice::UpTo(k)),
-        (None, None) => TableSource::Build(KChoice::Auto),
+        (None, kpg) => TableSource::Build(kpg.map_or(KChoice::Auto, KChoice::UpTo)),
     };
     // Ctrl-C raises this level's flag (and stops the levels after it)
     let cancel = Arc::new(AtomicBool::new(INTERRUPTED.load(Ordering::SeqCst)));
@@ -396,10 +451,6 @@ fn solve_one(
     let table_progress = KProgress::new(label.clone());
     let progress = LayerProgress::new(label);
     let observers = Observers { tables: &table_progress, search: &progress };
-    let read_from = match &opts.tables {
-        TableSource::Given(_) => tables.file.map(|(path, _)| path.display().to_string()),
-        _ => None,
-    };
     let result = pool.install(|| solve_local_observed(board, &opts, &cancel, &observers));
     table_progress.finish();
     progress.finish();

@@ -1,5 +1,6 @@
 //! The k-PG deadlock database file (`.kdb`): the tables of one level, saved so
-//! they are built once and reused.
+//! they are built once and reused. A collection's databases are a directory of
+//! them, each named by its level's fingerprint ([`level_file`]).
 //!
 //! The file is the shared [envelope](super::envelope) (magic `SKKPGDB\0`,
 //! format version, body length and checksum) around this body
@@ -386,6 +387,14 @@ pub fn read(path: &Path) -> Result<KdbFile, KdbError> {
     // one byte past the stated length, to tell a longer file
     file.take(stated + 1).read_to_end(&mut bytes).map_err(io)?;
     decode(path, &bytes)
+}
+
+/// Where a directory of databases (`deadlocks build --all -o DIR`) keeps the
+/// one of `board`'s level: a file named by the level's fingerprint, so that a
+/// solve finds it without reading the others, whatever order or collection
+/// the level comes in.
+pub fn level_file(dir: &Path, board: &Board) -> PathBuf {
+    dir.join(format!("{:016x}.kdb", board.fingerprint()))
 }
 
 /// Reads a database and binds it to `board`, refusing one built for another level.

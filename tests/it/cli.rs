@@ -316,7 +316,7 @@ fn output_files_that_cannot_be_written_are_refused_before_the_work_and_leave_not
         &["solve", file, "--level", "1", "--output", missing.to_str().unwrap()],
         &["solve", file, "--level", "1", "--html", sub],
         &["solve", file, "--level", "1", "--output", sub],
-        &["deadlocks", "build", file, "--level", "1", "-o", sub],
+        &["deadlocks", "build", file, "--level", "1", "-o", missing.to_str().unwrap()],
     ];
     for args in cases {
         let o = sokoshard(args);
@@ -324,6 +324,17 @@ fn output_files_that_cannot_be_written_are_refused_before_the_work_and_leave_not
         assert!(stdout(&o).is_empty(), "{args:?}: nothing solved or built first: {}", stdout(&o));
         assert!(stderr(&o).contains("cannot write there"), "{args:?}: {}", stderr(&o));
     }
+    // (a directory given to `deadlocks build -o` is where a collection's
+    // databases go, one file per level.) One that cannot be made is refused
+    // before any level is built
+    let under_a_file = dir.path().join("d").join("f");
+    std::fs::write(&under_a_file, "").unwrap();
+    let db = under_a_file.join("db");
+    let o = sokoshard(&["deadlocks", "build", file, "--levels", "1-2", "-o", db.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "nothing built first: {}", stdout(&o));
+    assert!(stderr(&o).contains("cannot make the directory"), "{}", stderr(&o));
+    std::fs::remove_file(&under_a_file).unwrap();
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["d"], "nothing but the directory");
 }
@@ -334,15 +345,19 @@ fn commands_on_one_level_take_only_level_or_title_and_say_which_is_missing() {
     // ("the default when nothing else is given") and then refused both
     let file = repo(MICROBAN);
     let file = file.to_str().unwrap();
-    for cmd in [&["verify", file, "--solution", "R"][..], &["deadlocks", "build", file, "-o", "x.kdb"]] {
-        let o = sokoshard(&[&cmd[..2], &["--help"]].concat());
-        assert!(!stdout(&o).contains("--levels") && !stdout(&o).contains("--all"), "{}", stdout(&o));
-        let o = sokoshard(&[cmd, &["--levels", "1-2"]].concat());
-        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let cmd = ["verify", file, "--solution", "R"];
+    let o = sokoshard(&[&cmd[..2], &["--help"]].concat());
+    assert!(!stdout(&o).contains("--levels") && !stdout(&o).contains("--all"), "{}", stdout(&o));
+    let o = sokoshard(&[&cmd[..], &["--levels", "1-2"]].concat());
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // `deadlocks build` takes --levels and --all (a database per level), but
+    // builds every level only when asked to
+    for cmd in [&cmd[..], &["deadlocks", "build", file, "-o", "x.kdb"]] {
         let o = sokoshard(cmd);
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
         assert!(stderr(&o).contains("has 155 levels: pick one with --level N or --title T"), "{}", stderr(&o));
     }
+    assert!(!std::path::Path::new("x.kdb").exists());
     let dir = tempfile::tempdir().unwrap();
     let dup = dir.path().join("dup.xsb");
     std::fs::write(&dup, "; same\n#####\n#@$.#\n#####\n; same\n#####\n#.$@#\n#####\n").unwrap();

@@ -1415,6 +1415,30 @@ fn a_cluster_database_build_stopped_by_its_time_limit_keeps_the_k_it_finished() 
     let j = st["jobs"].as_array().unwrap().last().unwrap();
     assert_eq!(j["state"], "finished", "{j}");
     assert!(j["message"].as_str().unwrap().starts_with("stopped by the time limit"), "{j}");
+    // a collection's databases, a job per level, into a directory
+    let dir = c.dir.path().join("mb");
+    let file = repo(MICROBAN);
+    let o = c.cli(&[
+        "deadlocks",
+        "build",
+        file.to_str().unwrap(),
+        "--levels",
+        "1-2",
+        "--k",
+        "2",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+    let o = Command::new(BIN)
+        .args(["solve", file.to_str().unwrap(), "--levels", "1-2", "--json", "--deadlocks"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.contains(dir.to_str().unwrap())).count();
+    assert_eq!(read, 2);
 }
 
 #[test]

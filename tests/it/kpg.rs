@@ -648,3 +648,165 @@ fn a_bad_database_is_one_error_before_any_level_and_files_asked_for_are_left_as_
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("built for another level (\"2\": its level has 19 floor squares"), "{err}");
 }
+
+/// A database could hold one level only, so a collection's tables could not
+/// be built once and reused by a solve of the collection: `deadlocks build
+/// --levels/--all -o DIR` writes each level's own, named by the level's
+/// fingerprint, and `solve --deadlocks DIR` finds each level's there.
+#[test]
+fn a_collection_database_is_a_directory_where_each_level_finds_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mb");
+    let d = db.to_str().unwrap();
+    let file = repo("levels/Microban_155.xsb");
+    let f = file.to_str().unwrap();
+    let o = sokoshard(&["deadlocks", "build", f, "--levels", "1-4", "--k", "2", "-o", d, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let wrote: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("wrote").is_some())
+        .collect();
+    assert_eq!(wrote.iter().map(|v| v["level"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    for v in &wrote {
+        let path = std::path::Path::new(v["wrote"].as_str().unwrap());
+        assert_eq!(path.parent(), Some(db.as_path()), "{v}");
+        assert_eq!(std::fs::metadata(path).unwrap().len(), v["bytes"].as_u64().unwrap(), "{v}");
+    }
+    assert!(String::from_utf8_lossy(&o.stderr).contains("4 of 4 levels' databases complete"));
+    // levels 1 to 4 read theirs, 5 and 6 build their own; the answers are
+    // those without a database
+    let solve = |extra: &[&str]| -> (std::process::Output, Vec<serde_json::Value>) {
+        let mut args = vec!["solve", f, "--levels", "1-6", "--objective", "pushes", "--json"];
+        args.extend_from_slice(extra);
+        let o = sokoshard(&args);
+        let v = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        (o, v)
+    };
+    let (o, with) = solve(&["--deadlocks", d]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("holds the tables of 4 of the levels picked; the other 2 build their own"), "{err}");
+    let (_, without) = solve(&[]);
+    assert_eq!(with.len(), 6);
+    for (i, (a, b)) in with.iter().zip(&without).enumerate() {
+        assert_eq!((&a["pushes"], &a["solution"]), (&b["pushes"], &b["solution"]), "{a}");
+        if i < 4 {
+            assert_eq!(a["deadlocks"], wrote[i]["wrote"], "{a}");
+            assert_eq!(a["kpg"], 2, "{a}");
+        } else {
+            assert!(a["deadlocks"].is_null(), "{a}");
+        }
+    }
+    // a damaged file is that level's error, naming it; the other levels are solved
+    let victim = wrote[1]["wrote"].as_str().unwrap();
+    let mut bytes = std::fs::read(victim).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(victim, &bytes).unwrap();
+    let (o, with) = solve(&["--deadlocks", d]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let why = with[1]["reason"].as_str().unwrap();
+    assert_eq!(with[1]["status"], "error", "{}", with[1]);
+    assert!(why.contains(victim) && why.contains("checksum mismatch"), "{why}");
+    assert_eq!(with.iter().filter(|v| v["status"] == "solved").count(), 5, "{with:?}");
+    // another level's file under this level's name is refused, naming both
+    std::fs::copy(wrote[0]["wrote"].as_str().unwrap(), victim).unwrap();
+    let o = sokoshard(&["solve", f, "--level", "2", "--deadlocks", d]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(victim) && err.contains("built for another level"), "{err}");
+    // a directory with none of the levels picked is one error
+    let o = sokoshard(&["solve", f, "--level", "100", "--deadlocks", d]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no database in it is of the levels picked"), "{err}");
+    // one level into the existing directory adds its file there
+    let o = sokoshard(&["deadlocks", "build", f, "--level", "5", "--k", "2", "-o", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_dir(&db).unwrap().count(), 5);
+    // a collection without --level, --levels or --all is still an error, not
+    // a directory of 155 databases
+    let o = sokoshard(&["deadlocks", "build", f, "-o", dir.path().join("x.kdb").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--levels A-B or --all"), "{err}");
+    assert!(!dir.path().join("x.kdb").exists());
+}
+
+/// In a collection build a bad level is that level's error and the others
+/// are built; a time limit stops each level's build, not the levels after.
+#[test]
+fn a_collection_database_build_goes_past_a_bad_level_and_a_time_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let levels = dir.path().join("three.xsb");
+    std::fs::write(&levels, "#####\n#@$.#\n#####\n\n#####\n#@$.#\n#@  #\n#####\n\n######\n#@$ .#\n######\n").unwrap();
+    let db = dir.path().join("db");
+    let o = sokoshard(&["deadlocks", "build", levels.to_str().unwrap(), "--all", "-o", db.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("level 2")
+            && err.contains("2 of 3 levels' databases complete")
+            && err.contains("1 levels unreadable"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&db).unwrap().count(), 2);
+    // XSokoban #24 and #25: k = 1 to 3 in well under a second each, their
+    // 4-box games many seconds
+    let file = repo("levels/XSokoban_90.xsb");
+    let db = dir.path().join("x");
+    let o = sokoshard(&[
+        "deadlocks",
+        "build",
+        file.to_str().unwrap(),
+        "--levels",
+        "24-25",
+        "--k",
+        "4",
+        "--timeout",
+        "3",
+        "-o",
+        db.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("stopped by the time limit in the 4-box game").count(), 2, "{err}");
+    assert!(err.contains("0 of 2 levels' databases complete") && err.contains("2 stopped short"), "{err}");
+    for entry in std::fs::read_dir(&db).unwrap() {
+        let show = sokoshard(&["deadlocks", "show", entry.unwrap().path().to_str().unwrap()]);
+        let show = String::from_utf8_lossy(&show.stdout);
+        assert!(show.contains("k=3 forward") && !show.contains("k=4"), "{show}");
+    }
+}
+
+/// Ctrl-C during a collection build writes the level being built with the k
+/// it finished, starts no other level, and says how to go on.
+#[test]
+fn ctrl_c_stops_a_collection_database_build_after_the_level_it_is_in() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x");
+    let file = repo("levels/XSokoban_90.xsb");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sokoshard"))
+        .args(["deadlocks", "build", file.to_str().unwrap(), "--levels", "24-26", "--k", "4", "-o"])
+        .arg(&db)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    // #24's line comes as its build starts (its k lines when it ends); its
+    // k = 1 to 3 take about 0.4 s, its 4-box game many seconds
+    assert!(lines.next().unwrap().unwrap().starts_with("level 24"));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("interrupted in the 4-box game"), "{err}");
+    assert!(err.contains("interrupted before level 25: `--levels 25-26` goes on from there"), "{err}");
+    assert!(rest.iter().all(|l| !l.contains("level 25")), "{rest:?}");
+    assert_eq!(std::fs::read_dir(&db).unwrap().count(), 1);
+}
