@@ -123,9 +123,16 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
         vec![args.select.pick(&all, &source)?]
     };
     // one level's database is the file named, a collection's a directory
-    // of them (and so is any database written into an existing directory)
-    let dir = (many || args.output.is_dir()).then(|| args.output.clone());
+    // of them (and so is any database written into an existing directory,
+    // or into a path written as a directory's)
+    let as_dir = args.output.is_dir() || args.output.as_os_str().to_string_lossy().ends_with('/');
+    let dir = (many || as_dir).then(|| args.output.clone());
     if let Some(d) = &dir {
+        anyhow::ensure!(
+            !d.exists() || d.is_dir(),
+            "-o {}: that is a file; with --levels or --all, -o names the directory that gets a database per level",
+            d.display()
+        );
         std::fs::create_dir_all(d).with_context(|| format!("-o {}: cannot make the directory", d.display()))?;
     }
     match &args.coordinator {
@@ -144,67 +151,92 @@ fn build(args: BuildArgs) -> Result<ExitCode> {
             STOP.store(true, Ordering::SeqCst);
         }),
     }
+    let interrupted = || INTERRUPTED.load(Ordering::SeqCst) || CLUSTER_STOPPING.load(Ordering::SeqCst);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
-    let (mut built, mut failed, mut short) = (0, 0, 0);
-    let mut stopped_at = None;
+    let Some(dir) = &dir else {
+        let [text] = picked[..] else { anyhow::bail!("one level was to be picked, {} were", picked.len()) };
+        let level = text.parse()?;
+        let board = Arc::new(Board::new(&level)?);
+        super::check_output("-o", &args.output, &[("the level file", args.file.as_path())])?;
+        let done = build_level(&args, &pool, &level, board, &args.output, "")?;
+        return Ok(ExitCode::from(if matches!(done, Built::Whole) { EXIT_OK } else { EXIT_NOT_SOLVED }));
+    };
+    let (mut whole, mut part, mut nothing, mut failed) = (0, 0, 0, 0);
+    // the first level a run after Ctrl-C has to build
+    let mut resume = None;
     for text in &picked {
         // a time limit raised the flag for the level before, Ctrl-C for all
         STOP.store(false, Ordering::SeqCst);
-        if INTERRUPTED.load(Ordering::SeqCst) || CLUSTER_STOPPING.load(Ordering::SeqCst) {
-            stopped_at = Some(text.index);
+        if interrupted() {
+            resume = Some(text.index);
             break;
         }
-        let parsed = text.parse().map_err(anyhow::Error::from).and_then(|l| Ok((Board::new(&l)?, l)));
-        let (board, level) = match (parsed, &dir) {
-            (Ok((b, l)), _) => (Arc::new(b), l),
-            // in a collection a bad level is that level's error; the others
-            // are built
-            (Err(e), Some(_)) => {
-                errln!("error: level {} ({}): {e:#}", text.index, text.title);
-                failed += 1;
-                continue;
-            }
-            (Err(e), None) => return Err(e),
-        };
-        let output = match &dir {
-            Some(d) => kdb::level_file(d, &board),
-            None => args.output.clone(),
-        };
-        super::check_output("-o", &output, &[("the level file", args.file.as_path())])?;
-        if dir.is_some() && !args.json {
-            outln!("level {} ({}):", level.index, level.title)?;
+        // in a collection a level that fails is that level's error; the
+        // others are built
+        let who = format!("level {} ({})", text.index, text.title);
+        if !args.json {
+            outln!("{who}:")?;
         }
-        let done = match &args.coordinator {
-            Some(addr) => build_on_cluster(&args, addr, &level, &board, &output)?,
-            None => build_here(&args, &pool, &level, board, &output)?,
-        };
+        let done = text.parse().map_err(anyhow::Error::from).and_then(|level| {
+            let board = Arc::new(Board::new(&level).with_context(|| who.clone())?);
+            let output = kdb::level_file(dir, &board);
+            super::check_output("-o", &output, &[("the level file", args.file.as_path())])?;
+            build_level(&args, &pool, &level, board, &output, &format!("{who}: "))
+        });
+        let complete = matches!(done, Ok(Built::Whole));
         match done {
-            Built::Whole => built += 1,
-            Built::Part => short += 1,
-            Built::Nothing => {}
+            Ok(Built::Whole) => whole += 1,
+            Ok(Built::Part) => part += 1,
+            Ok(Built::Nothing) => nothing += 1,
+            Err(e) => {
+                errln!("error: {e:#}");
+                if args.json {
+                    outln!("{}", serde_json::json!({ "level": text.index, "error": format!("{e:#}") }))?;
+                }
+                failed += 1;
+            }
+        }
+        if interrupted() && !complete {
+            resume = Some(text.index);
+            break;
         }
     }
-    if let Some(d) = &dir {
-        let mut line = format!("{built} of {} levels' databases complete in {}", picked.len(), d.display());
-        if short > 0 {
-            line += &format!(", {short} stopped short");
+    let plural = |n: usize| if n == 1 { "1 level".to_string() } else { format!("{n} levels") };
+    let mut line = format!("databases complete for {whole} of {} in {}", plural(picked.len()), dir.display());
+    for (n, what) in [(part, "stopped short"), (nothing, "with nothing written"), (failed, "failed")] {
+        if n > 0 {
+            line += &format!("; {} {what}", plural(n));
         }
-        if failed > 0 {
-            line += &format!(", {failed} levels unreadable");
-        }
-        errln!("{line}");
-        if let Some(i) = stopped_at {
-            let last = picked.last().map_or(i, |t| t.index);
-            errln!("interrupted before level {i}: `--levels {i}-{last}` goes on from there");
-        }
+    }
+    errln!("{line}");
+    if let Some(i) = resume {
+        let last = picked.last().map_or(i, |t| t.index);
+        errln!("interrupted: `--levels {i}-{last}` goes on from level {i}");
     }
     Ok(ExitCode::from(if failed > 0 {
         EXIT_BAD_INPUT
-    } else if built == picked.len() {
+    } else if whole == picked.len() {
         EXIT_OK
     } else {
         EXIT_NOT_SOLVED
     }))
+}
+
+/// Builds one level's tables, here or on the cluster, into `output`;
+/// `prefix` names the level in the lines on standard error (in a
+/// collection).
+fn build_level(
+    args: &BuildArgs,
+    pool: &rayon::ThreadPool,
+    level: &Level,
+    board: Arc<Board>,
+    output: &Path,
+    prefix: &str,
+) -> Result<Built> {
+    match &args.coordinator {
+        Some(addr) => build_on_cluster(args, addr, level, &board, output, prefix),
+        None => build_here(args, pool, level, board, output, prefix),
+    }
 }
 
 /// What a level's build left: a database of every k asked for, one cut short
@@ -222,6 +254,7 @@ fn build_here(
     level: &Level,
     board: Arc<Board>,
     output: &Path,
+    prefix: &str,
 ) -> Result<Built> {
     let timer = args.timeout.map(|s| super::StopTimer::start(Duration::from_secs_f64(s), &STOP)).transpose()?;
     let progress = KProgress::with_k_lines(format!("level {} ({})", level.index, level.title));
@@ -234,7 +267,10 @@ fn build_here(
         (false, false) => None,
     };
     if let (Some(why), true) = (stopped, tables.tables.is_empty()) {
-        errln!("error: {why} before the 1-box game was finished; nothing written");
+        errln!("error: {prefix}{why} before the 1-box game was finished; nothing written");
+        if args.json {
+            outln!("{}", serde_json::json!({ "level": level.index, "wrote": null, "bytes": 0, "stopped": why }))?;
+        }
         return Ok(Built::Nothing);
     }
     // the bounded search's pair penalties go into the file beside the patterns
@@ -244,7 +280,7 @@ fn build_here(
     Ok(match stopped {
         Some(why) => {
             let done = stats.last().map_or(0, |s| s.k);
-            errln!("{why} in the {}-box game: the file holds the tables of k = 1..{done}", done + 1);
+            errln!("{prefix}{why} in the {}-box game: the file holds the tables of k = 1..{done}", done + 1);
             Built::Part
         }
         None => Built::Whole,
@@ -277,7 +313,14 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// `deadlocks build --coordinator`: the cluster plays the k-games; the database
 /// comes back checked against this level and is written like a local build's.
-fn build_on_cluster(args: &BuildArgs, addr: &str, level: &Level, board: &Arc<Board>, output: &Path) -> Result<Built> {
+fn build_on_cluster(
+    args: &BuildArgs,
+    addr: &str,
+    level: &Level,
+    board: &Arc<Board>,
+    output: &Path,
+    prefix: &str,
+) -> Result<Built> {
     let net = args.net.config()?;
     // as a local build keeps it, so that both write the same file
     let text = stored_text(level);
@@ -310,7 +353,7 @@ fn build_on_cluster(args: &BuildArgs, addr: &str, level: &Level, board: &Arc<Boa
     report_build(args, level, output, &stats, &file.tables, bytes.len() as u64, built.cut_short.as_deref())?;
     Ok(match built.cut_short {
         Some(note) => {
-            errln!("{note}: the file holds what was finished");
+            errln!("{prefix}{note}: the file holds what was finished");
             Built::Part
         }
         None => Built::Whole,

@@ -168,8 +168,12 @@ pub fn on_stop_signals(on: StopOn, stop: fn()) {
 
 /// Raises `flag` once `after` has passed, from a thread that waits on a
 /// channel; dropping the timer first ends the thread and leaves the flag be.
+/// The drop waits for the thread, so a timer that fired as it was dropped
+/// has raised the flag by then, never after (a flag shared by the levels of
+/// a collection is lowered for the next level after the drop).
 pub struct StopTimer {
     tx: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     fired: Arc<AtomicBool>,
 }
 
@@ -178,7 +182,7 @@ impl StopTimer {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let fired = Arc::new(AtomicBool::new(false));
         let f = fired.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("time-limit".into())
             .spawn(move || {
                 if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(after) {
@@ -187,7 +191,7 @@ impl StopTimer {
                 }
             })
             .context("starting the time limit's thread")?;
-        Ok(StopTimer { tx: Some(tx), fired })
+        Ok(StopTimer { tx: Some(tx), thread: Some(thread), fired })
     }
 
     /// The time ran out (and the flag was raised by this timer).
@@ -199,6 +203,9 @@ impl StopTimer {
 impl Drop for StopTimer {
     fn drop(&mut self) {
         self.tx.take(); // the channel closes: the thread ends without raising the flag
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -359,23 +359,23 @@ impl Database {
 /// it differs), and a warning if it fits only some, which build their own. A
 /// directory's files are read only when their levels come.
 fn read_database(path: &std::path::Path, picked: &[&LevelText]) -> Result<Database> {
-    let boards = picked.iter().filter_map(|t| t.parse().ok().and_then(|l| Board::new(&l).ok()));
+    // the levels that fail to parse say so when their turn comes
+    let boards = picked.iter().filter_map(|t| Some((t.index, Board::new(&t.parse().ok()?).ok()?)));
     let (fits, misfits, database) = if path.is_dir() {
-        let (have, lack): (Vec<Board>, Vec<Board>) = boards.partition(|b| kdb::level_file(path, b).exists());
-        if have.is_empty() && !lack.is_empty() {
+        let (have, lack): (Vec<_>, Vec<_>) = boards.partition(|(_, b)| kdb::level_file(path, b).exists());
+        if let (true, Some((index, board))) = (have.is_empty(), lack.first()) {
             anyhow::bail!(
-                "{}: no database in it is of the levels picked (a level's is named by its fingerprint, as `deadlocks build --all -o {}` writes them; level {}'s would be {})",
+                "{}: no database in it is of the levels picked (a level's is named by its fingerprint, as `deadlocks build --all -o {}` writes them; level {index}'s would be {})",
                 path.display(),
                 path.display(),
-                picked[0].index,
-                kdb::level_file(path, &lack[0]).display()
+                kdb::level_file(path, board).display()
             );
         }
         (have.len(), lack.len(), Database::Dir(path.to_path_buf()))
     } else {
         let file = kdb::read(path)?;
         let (mut fits, mut first_misfit, mut misfits) = (0, None, 0);
-        for board in boards {
+        for (_, board) in boards {
             match kdb::check_level(path, &file, &board) {
                 Ok(()) => fits += 1,
                 Err(e) => {

@@ -673,7 +673,7 @@ fn a_collection_database_is_a_directory_where_each_level_finds_its_own() {
         assert_eq!(path.parent(), Some(db.as_path()), "{v}");
         assert_eq!(std::fs::metadata(path).unwrap().len(), v["bytes"].as_u64().unwrap(), "{v}");
     }
-    assert!(String::from_utf8_lossy(&o.stderr).contains("4 of 4 levels' databases complete"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("databases complete for 4 of 4 levels in"));
     // levels 1 to 4 read theirs, 5 and 6 build their own; the answers are
     // those without a database
     let solve = |extra: &[&str]| -> (std::process::Output, Vec<serde_json::Value>) {
@@ -725,6 +725,17 @@ fn a_collection_database_is_a_directory_where_each_level_finds_its_own() {
     let o = sokoshard(&["deadlocks", "build", f, "--level", "5", "--k", "2", "-o", d]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(std::fs::read_dir(&db).unwrap().count(), 5);
+    // so does a path written as a directory's, made if missing
+    let slash = format!("{}/", dir.path().join("new").display());
+    let o = sokoshard(&["deadlocks", "build", f, "--level", "6", "--k", "2", "-o", &slash]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_dir(dir.path().join("new")).unwrap().count(), 1);
+    // and a collection's directory that is a file is refused before any build
+    let o = sokoshard(&["deadlocks", "build", f, "--levels", "1-2", "-o", wrote[0]["wrote"].as_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("that is a file; with --levels or --all, -o names the directory"), "{err}");
+    assert!(o.stdout.is_empty());
     // a collection without --level, --levels or --all is still an error, not
     // a directory of 155 databases
     let o = sokoshard(&["deadlocks", "build", f, "-o", dir.path().join("x.kdb").to_str().unwrap()]);
@@ -742,16 +753,33 @@ fn a_collection_database_build_goes_past_a_bad_level_and_a_time_limit() {
     let levels = dir.path().join("three.xsb");
     std::fs::write(&levels, "#####\n#@$.#\n#####\n\n#####\n#@$.#\n#@  #\n#####\n\n######\n#@$ .#\n######\n").unwrap();
     let db = dir.path().join("db");
-    let o = sokoshard(&["deadlocks", "build", levels.to_str().unwrap(), "--all", "-o", db.to_str().unwrap()]);
+    let o = sokoshard(&["deadlocks", "build", levels.to_str().unwrap(), "--all", "-o", db.to_str().unwrap(), "--json"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
         err.contains("level 2")
-            && err.contains("2 of 3 levels' databases complete")
-            && err.contains("1 levels unreadable"),
+            && err.contains("databases complete for 2 of 3 levels in")
+            && err.contains("; 1 level failed"),
         "{err}"
     );
     assert_eq!(std::fs::read_dir(&db).unwrap().count(), 2);
+    // a line per level with --json: the file written, or the level's error
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("wrote").is_some() || v.get("error").is_some())
+        .collect();
+    assert_eq!(lines.iter().map(|v| v["level"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2, 3], "{lines:?}");
+    assert!(lines[1]["error"].as_str().unwrap().contains("level 2"), "{}", lines[1]);
+    // a directory with none of the levels picked names the path the first
+    // level that parses would have: level 3's, not level 2's (a bad level)
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = sokoshard(&["solve", levels.to_str().unwrap(), "--levels", "2-3", "--deadlocks", empty.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let third = std::path::Path::new(lines[2]["wrote"].as_str().unwrap()).file_name().unwrap().to_str().unwrap();
+    assert!(err.contains(&format!("level 3's would be {}", empty.join(third).display())), "{err}");
     // XSokoban #24 and #25: k = 1 to 3 in well under a second each, their
     // 4-box games many seconds
     let file = repo("levels/XSokoban_90.xsb");
@@ -772,7 +800,11 @@ fn a_collection_database_build_goes_past_a_bad_level_and_a_time_limit() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(err.matches("stopped by the time limit in the 4-box game").count(), 2, "{err}");
-    assert!(err.contains("0 of 2 levels' databases complete") && err.contains("2 stopped short"), "{err}");
+    assert!(
+        err.contains("databases complete for 0 of 2 levels in") && err.contains("; 2 levels stopped short"),
+        "{err}"
+    );
+    assert!(err.contains("level 24 (screen.24): stopped by the time limit"), "each level's line names it: {err}");
     for entry in std::fs::read_dir(&db).unwrap() {
         let show = sokoshard(&["deadlocks", "show", entry.unwrap().path().to_str().unwrap()]);
         let show = String::from_utf8_lossy(&show.stdout);
@@ -781,7 +813,8 @@ fn a_collection_database_build_goes_past_a_bad_level_and_a_time_limit() {
 }
 
 /// Ctrl-C during a collection build writes the level being built with the k
-/// it finished, starts no other level, and says how to go on.
+/// it finished, starts no other level, and says how to go on (from the level
+/// cut short: the hint once started after it, leaving it short for good).
 #[test]
 fn ctrl_c_stops_a_collection_database_build_after_the_level_it_is_in() {
     use std::io::BufRead;
@@ -806,7 +839,8 @@ fn ctrl_c_stops_a_collection_database_build_after_the_level_it_is_in() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("interrupted in the 4-box game"), "{err}");
-    assert!(err.contains("interrupted before level 25: `--levels 25-26` goes on from there"), "{err}");
+    // level 24 was cut short: going on starts with it
+    assert!(err.contains("interrupted: `--levels 24-26` goes on from level 24"), "{err}");
     assert!(rest.iter().all(|l| !l.contains("level 25")), "{rest:?}");
     assert_eq!(std::fs::read_dir(&db).unwrap().count(), 1);
 }

@@ -115,8 +115,15 @@ impl<K: StateKey> DiskStore<K> {
     /// newer, so that a search that fits its budget checks O(log layers) runs
     /// as it would without a budget. A merge holds both copies for a moment,
     /// so it happens only while they fit the partition's share; the merged run
-    /// costs a byte a key more.
+    /// costs a byte a key more (so a search that fills more than 8/9 of its
+    /// share, with `u64` keys, spills a little sooner than it would unmerged).
+    /// Only under [`SpillPolicy::KeepOldest`], where RAM layers stay in RAM:
+    /// [`SpillPolicy::KeepNewest`] evicts the oldest run, and a merged one
+    /// would take the room of many layers with it where one was needed.
     fn merge_ram(&self, part: &mut Part<K>, s: usize) {
+        if self.opts.policy != SpillPolicy::KeepOldest {
+            return;
+        }
         let ram_only = |r: &Run<K>| r.keys.is_some() && r.shard.is_none();
         loop {
             let runs = &part.runs[s];
@@ -225,28 +232,6 @@ impl<K: StateKey> DiskStore<K> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let shard = Shard { file, bytes: info.bytes, reader: None, reader_mem: 0, pooled: false };
         Ok(Run { first, lens, keys: None, shard: Some(shard), seq, tier: group[0].tier.saturating_add(1) })
-    }
-
-    /// Writes a merged RAM run (layers `first..=last`) to its tagged file, for
-    /// an eviction.
-    pub(super) fn write_merged(
-        &self,
-        side: Side,
-        p: usize,
-        first: usize,
-        last: usize,
-        keys: &LayeredKeys<K>,
-    ) -> Result<Shard<K>, StorageError> {
-        let file = FileName { first, last };
-        let path = file.path(&self.dir, side, p);
-        Self::ensure_parent(&path)?;
-        let mut w = ShardWriter::<TagKey<K>>::create(&path, Self::meta(side, first, p))?.unsynced();
-        for (i, &key) in keys.keys().iter().enumerate() {
-            w.push(TagKey { key, offset: keys.offset_of(i) as u8 })?;
-        }
-        let info = w.finish()?;
-        self.account_written(info.bytes, info.keys);
-        Ok(Shard { file, bytes: info.bytes, reader: None, reader_mem: 0, pooled: false })
     }
 
     /// A fresh reader for merging (the cached one stays untouched).

@@ -15,11 +15,11 @@
 //! LSM-style, eight at a time into runs `L{first}-{last}/p{partition}.shard`
 //! whose keys carry their layer as a one-byte offset ([`TagKey`]: one byte per
 //! state more, and the run still answers "is it in layer L" and "which layer").
-//! Older RAM layers are merged in RAM the way the in-memory store merges its
-//! layers ([`crate::storage::layered`]), so that a search that fits its budget
-//! checks as few runs as it would without one; a merged RAM run evicted under
-//! [`SpillPolicy::KeepNewest`] becomes a merged disk run. The frontier is never
-//! merged, nor is anything of a checkpoint (durable mode).
+//! Under [`SpillPolicy::KeepOldest`] (the default), older RAM layers are
+//! merged in RAM the way the in-memory store merges its layers
+//! ([`crate::storage::layered`]), so that a search that fits its budget checks
+//! as few runs as it would without one. The frontier is never merged, nor is
+//! anything of a checkpoint (durable mode).
 //!
 //! Lookups work the same on both media: RAM layers by merge or binary search,
 //! disk runs through [`ShardReader::find_in_ranges`] (each block read at most
@@ -1016,12 +1016,9 @@ impl<K: StateKey> DiskStore<K> {
             let side = Side::from_index(s);
             let r = &mut part.runs[s][i];
             if r.shard.is_none() {
-                r.shard = match &r.keys {
-                    Some(keys) if keys.merged() => Some(self.write_merged(side, p, r.first, r.last(), keys)?),
-                    keys => {
-                        Some(self.write_layer(side, r.first, p, keys.as_ref().map_or(&[][..], LayeredKeys::keys))?)
-                    }
-                };
+                // RAM runs are merged under KeepOldest only, which evicts nothing
+                let keys = r.keys.as_ref().map_or(&[][..], LayeredKeys::keys);
+                r.shard = Some(self.write_layer(side, r.first, p, keys)?);
             }
             let freed = r.ram_bytes();
             r.keys = None;
