@@ -120,11 +120,18 @@ impl<K: StateKey> DiskStore<K> {
     /// Only under [`SpillPolicy::KeepOldest`], where RAM layers stay in RAM:
     /// [`SpillPolicy::KeepNewest`] evicts the oldest run, and a merged one
     /// would take the room of many layers with it where one was needed.
-    fn merge_ram(&self, part: &mut Part<K>, s: usize) {
+    ///
+    /// A durable store merges the RAM copies of its sealed layers too, once
+    /// their checkpoint is written: their files stay as they are (a resume
+    /// reads them, through the manifest), and the merged run forgets them,
+    /// as nothing reads a layer's file while its keys are in RAM.
+    pub(super) fn merge_ram(&self, part: &mut Part<K>, s: usize) {
         if self.opts.policy != SpillPolicy::KeepOldest {
             return;
         }
-        let ram_only = |r: &Run<K>| r.keys.is_some() && r.shard.is_none();
+        let durable = self.opts.durable;
+        let ram_only =
+            |r: &Run<K>| r.keys.is_some() && r.shard.as_ref().is_none_or(|sh| durable && sh.reader.is_none());
         loop {
             let runs = &part.runs[s];
             let n = runs.len();
@@ -163,12 +170,15 @@ impl<K: StateKey> DiskStore<K> {
     /// disk (about 0.1 ms each on ext4): a key is rewritten once per tier, about
     /// `log8(layers)` times, and the number of runs stays below `8 log8(layers)`.
     pub(super) fn compact(&self, side: Side, p: usize) -> Result<(), StorageError> {
-        if self.opts.durable || K::LIMBS > TAG_MAX_LIMBS {
+        if self.opts.durable {
             return Ok(()); // checkpoints keep one file per layer
         }
         let s = side.index();
         let mut g = self.part(p);
         self.merge_ram(&mut g, s);
+        if K::LIMBS > TAG_MAX_LIMBS {
+            return Ok(()); // too wide to tag on disk
+        }
         loop {
             let runs = &g.runs[s];
             let n = runs.len();

@@ -18,8 +18,9 @@
 //! Under [`SpillPolicy::KeepOldest`] (the default), older RAM layers are
 //! merged in RAM the way the in-memory store merges its layers
 //! ([`crate::storage::layered`]), so that a search that fits its budget checks
-//! as few runs as it would without one. The frontier is never merged, nor is
-//! anything of a checkpoint (durable mode).
+//! as few runs as it would without one; a durable store merges the RAM copies
+//! of its checkpointed layers the same way, and their files stay as written.
+//! The frontier is never merged.
 //!
 //! Lookups work the same on both media: RAM layers by merge or binary search,
 //! disk runs through [`ShardReader::find_in_ranges`] (each block read at most
@@ -43,7 +44,7 @@
 //! workers' checkpoint: a worker's store holds only its own partitions
 //! ([`DiskOptions::held`]) and is tagged with its job, so a layer is written
 //! once, in its final place, and a restarted worker reopens it as it was.
-//! Durable stores do not compact (a checkpoint keeps what it wrote).
+//! Durable stores do not compact their files (a checkpoint keeps what it wrote).
 //!
 //! Files: this one holds the store (its parts, runs and the `PartitionStore`
 //! seam); `pack` the durable layer packs, `readers` the shard-reader cache,
@@ -570,7 +571,10 @@ impl<K: StateKey> PartitionStore<K> for DiskStore<K> {
                 sync_parent_dir(&self.dir.join(side_dir(side)).join("p0"))?;
             }
             self.sealed[s].fetch_add(1, Ordering::AcqRel);
-            return Ok(self.write_manifest()?);
+            self.write_manifest()?;
+            // the checkpoint is on disk: the RAM copies of older layers merge
+            (0..self.parts.len()).into_par_iter().for_each(|p| self.merge_ram(&mut self.part(p), s));
+            return Ok(());
         }
         self.sealed[s].fetch_add(1, Ordering::AcqRel);
         Ok((0..self.parts.len()).into_par_iter().try_for_each(|p| self.compact(side, p))?)

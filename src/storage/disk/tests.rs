@@ -734,3 +734,37 @@ fn keep_newest_evicts_one_layer_at_a_time() {
     let probes: Vec<u64> = (0..700).collect();
     assert_same(&mem, &disk, parts, &probes);
 }
+
+/// A durable store (a cluster worker's checkpoint) merges the RAM copies of
+/// its sealed layers too, and the files of every layer stay as written: the
+/// store answers as the in-memory one before and after a reopen, which reads
+/// them back layer by layer. Large layers (files of their own) and small
+/// ones (the layers' packs) both.
+#[test]
+fn a_durable_store_merges_its_ram_copies_and_reopens_from_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = Partitioner::new(2);
+    let mut layers = [deep_side(3), deep_side(4)];
+    // every tenth forward layer large enough for a file of its own
+    for (l, layer) in layers[0].iter_mut().enumerate().filter(|(l, _)| l % 10 == 5) {
+        layer.extend((0..20_000u64).map(|i| 1_000_000 + l as u64 * 100_000 + i));
+    }
+    let opts = DiskOptions { durable: true, memory_bytes: 1 << 30, ..DiskOptions::default() };
+    let store = DiskStore::<u64>::create(dir.path(), 2, opts).unwrap();
+    let mem = MemStore::<u64>::new(2);
+    fill(&mem, &layers, parts);
+    fill(&store, &layers, parts);
+    for p in 0..2 {
+        for s in 0..2 {
+            let g = store.part(p);
+            assert!(g.runs[s].len() <= 10, "{} runs", g.runs[s].len());
+        }
+    }
+    assert!(shard_path(dir.path(), Side::Forward, 5, 0).exists());
+    let probes: Vec<u64> = (0..200_000).step_by(37).chain((1_000_000..7_000_000).step_by(997)).collect();
+    assert_same(&mem, &store, parts, &probes);
+    drop(store);
+    let store =
+        DiskStore::<u64>::open(dir.path(), DiskOptions { memory_bytes: 0, ..DiskOptions::default() }, None).unwrap();
+    assert_same(&mem, &store, parts, &probes);
+}
