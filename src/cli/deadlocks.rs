@@ -73,7 +73,8 @@ pub struct BuildArgs {
 
 #[derive(clap::Args)]
 pub struct ShowArgs {
-    /// A database written by `deadlocks build`.
+    /// A database written by `deadlocks build`, or a directory of them (a
+    /// line per database: its level, tables and size).
     pub file: PathBuf,
     /// Patterns to draw per k and side.
     #[arg(long, default_value_t = 3)]
@@ -393,7 +394,46 @@ fn report_build(
     Ok(())
 }
 
+/// `deadlocks show DIR`: a line per database in a collection's directory,
+/// in the order of the files' names; a damaged one is named with what is
+/// wrong, and the command then exits 2.
+fn show_dir(dir: &Path) -> Result<ExitCode> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()
+        .with_context(|| format!("listing {}", dir.display()))?;
+    files.retain(|p| p.extension().is_some_and(|e| e == "kdb"));
+    files.sort();
+    let mut bad = 0;
+    for path in &files {
+        let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        match kdb::read(path) {
+            Ok(f) => {
+                let title = f.level_text.lines().find_map(|l| l.strip_prefix("Title: ")).unwrap_or("untitled");
+                let ks = f.tables.iter().map(|t| t.k).max().map_or("none".to_string(), |k| format!("k = 1..{k}"));
+                let size = std::fs::metadata(path).map_or(0, |m| m.len());
+                outln!("{name}  {title}: {} floor squares, tables {ks}, {}", f.floor, human_bytes(size))?;
+            }
+            Err(e) => {
+                bad += 1;
+                outln!("{name}  error: {e}")?;
+            }
+        }
+    }
+    errln!(
+        "{} databases in {}{}",
+        files.len(),
+        dir.display(),
+        if bad > 0 { format!(", {bad} damaged") } else { String::new() }
+    );
+    Ok(ExitCode::from(if bad > 0 { EXIT_BAD_INPUT } else { EXIT_OK }))
+}
+
 fn show(args: ShowArgs) -> Result<ExitCode> {
+    if args.file.is_dir() {
+        return show_dir(&args.file);
+    }
     let file = kdb::read(&args.file)?;
     let level =
         parse_one(&file.level_text, &args.file.display().to_string()).context("the level stored in the database")?;

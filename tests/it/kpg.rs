@@ -710,6 +710,13 @@ fn a_collection_database_is_a_directory_where_each_level_finds_its_own() {
     assert_eq!(with[1]["status"], "error", "{}", with[1]);
     assert!(why.contains(victim) && why.contains("checksum mismatch"), "{why}");
     assert_eq!(with.iter().filter(|v| v["status"] == "solved").count(), 5, "{with:?}");
+    // `deadlocks show DIR` lists them, the damaged one with what is wrong
+    let o = sokoshard(&["deadlocks", "show", d]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let listed = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(listed.lines().count(), 4, "{listed}");
+    assert_eq!(listed.lines().filter(|l| l.contains("tables k = 1..2")).count(), 3, "{listed}");
+    assert!(listed.lines().any(|l| l.contains("checksum mismatch")), "{listed}");
     // another level's file under this level's name is refused, naming both
     std::fs::copy(wrote[0]["wrote"].as_str().unwrap(), victim).unwrap();
     let o = sokoshard(&["solve", f, "--level", "2", "--deadlocks", d]);
