@@ -793,8 +793,17 @@ fn cluster_flags_that_cannot_work_are_refused_naming_the_flag() {
 #[test]
 fn an_error_names_its_cause_once() {
     // "error reading DIR: Is a directory (os error 21): Is a directory (os error 21)"
+    // (`deadlocks show DIR` lists a directory of databases now: a database
+    // that is a directory is its line's error, and a level file that is a
+    // directory the command's)
     let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.kdb");
+    std::fs::create_dir(&db).unwrap();
     let o = sokoshard(&["deadlocks", "show", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stdout(&o).matches("os error").count(), 1, "{}", stdout(&o));
+    assert!(stdout(&o).contains(db.to_str().unwrap()), "{}", stdout(&o));
+    let o = sokoshard(&["levels", dir.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(stderr(&o).matches("os error").count(), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains(dir.path().to_str().unwrap()), "{}", stderr(&o));
