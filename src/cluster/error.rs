@@ -57,8 +57,13 @@ pub enum ClusterError {
 /// What a transport-level failure most likely means, for the user.
 fn hint(status: &Status) -> &'static str {
     let message = status.message();
-    let not_grpc =
-        message.contains("http2 error") || message.contains("h2 protocol error") || message == "transport error";
+    // a peer that accepts the connection and closes it before any answer
+    // ends the call as "transport error" or, when the close wins the race
+    // with the request, as cancelled with hyper's "operation was canceled"
+    let not_grpc = message.contains("http2 error")
+        || message.contains("h2 protocol error")
+        || message == "transport error"
+        || (status.code() == Code::Cancelled && message == "operation was canceled");
     // a client's own time limit ends the call as cancelled, "Timeout expired"
     if status.code() == Code::DeadlineExceeded || message == "Timeout expired" {
         "; no answer in time: is the address a sokoshard node, and is it up (not hung)?"
@@ -152,5 +157,21 @@ impl From<ClusterError> for Status {
             }
             e => Status::new(e.code(), e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `a_peer_that_is_no_sokoshard_node...` failed now and then: a peer that
+    /// closed at once came back cancelled, and the error said nothing of why.
+    #[test]
+    fn a_peer_closing_at_once_is_named_however_the_close_comes() {
+        for status in [Status::unavailable("transport error"), Status::cancelled("operation was canceled")] {
+            assert!(hint(&status).contains("does not answer as a sokoshard node"), "{status:?}");
+        }
+        assert!(hint(&Status::cancelled("Timeout expired")).contains("no answer in time"));
+        assert_eq!(hint(&Status::cancelled("the job was cancelled")), "");
     }
 }
