@@ -1,0 +1,115 @@
+//! A measurement, not part of the solver: how often the bounded search's
+//! forward bound is inconsistent, that is drops by more than one across a
+//! single push, on random walks from the start.
+//!
+//! ```text
+//! cargo run --release --example bound_consistency -- LEVELS.xsb N[,N...] WALKS
+//! ```
+//!
+//! Each walk takes up to 200 random pushes (dead squares avoided, every push
+//! legal for the player's region) and, at every state on it, compares the
+//! solver's bound (`LowerBounds::estimate`, the matching plus the pair
+//! penalties) of the state with that of each of its successors. A consistent
+//! bound, `h(s) <= 1 + h(t)` for every push `s -> t`, is what would let a
+//! bound iteration keep the last one's layers (each state kept at bound `U`
+//! is then kept at `U + 2` at the same depth; docs/benchmarks.md, thirty-eighth
+//! session); the count of pushes that break it says how often such an
+//! iteration would have to start again.
+
+use sokoshard::model::board::{Board, DIRS, NONE};
+use sokoshard::model::bounds::LowerBounds;
+use sokoshard::model::level::split_collection;
+
+/// The floor the player reaches from `player` with `boxes` in the way.
+fn region(board: &Board, boxes: &[u16], player: u16) -> Vec<bool> {
+    let mut seen = vec![false; board.floor_count()];
+    let mut blocked = vec![false; board.floor_count()];
+    boxes.iter().for_each(|&b| blocked[b as usize] = true);
+    let mut stack = vec![player];
+    seen[player as usize] = true;
+    while let Some(x) = stack.pop() {
+        for d in 0..DIRS {
+            let y = board.neighbour(x, d);
+            if y != NONE && !seen[y as usize] && !blocked[y as usize] {
+                seen[y as usize] = true;
+                stack.push(y);
+            }
+        }
+    }
+    seen
+}
+
+/// A bound the solver reports for a dead state.
+const DEAD: u32 = 1 << 20;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 4 {
+        eprintln!("usage: bound_consistency LEVELS.xsb N[,N...] WALKS");
+        std::process::exit(2);
+    }
+    let text = std::fs::read_to_string(&args[1]).expect("a readable level file");
+    let walks: usize = args[3].parse().expect("a number of walks");
+    // xorshift: the same walks every run
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for n in args[2].split(',').map(|x| x.parse::<usize>().expect("a level number")) {
+        let level = split_collection(&text, &args[1]).into_iter().find(|l| l.index == n).expect("no such level");
+        let board = Board::new(&level.parse().expect("a valid level")).expect("a valid board");
+        let lb = LowerBounds::new(&board, true);
+        let (mut pushes, mut drops) = (0u64, 0u64);
+        // drops by 2, 3, ..., 8 or more
+        let mut by = [0u64; 7];
+        for _ in 0..walks {
+            let (mut boxes, mut player) = (board.start_boxes.clone(), board.start_player);
+            for _ in 0..200 {
+                let h = lb.estimate(&boxes, player, true);
+                if h >= DEAD {
+                    break;
+                }
+                let reach = region(&board, &boxes, player);
+                let mut next = Vec::new();
+                for (i, &x) in boxes.iter().enumerate() {
+                    for d in 0..DIRS {
+                        let (to, from) = (board.neighbour(x, d), board.neighbour(x, (d + 2) % DIRS));
+                        if to == NONE
+                            || from == NONE
+                            || !reach[from as usize]
+                            || boxes.contains(&to)
+                            || board.dead_forward[to as usize]
+                        {
+                            continue;
+                        }
+                        let mut child = boxes.clone();
+                        child[i] = to;
+                        child.sort_unstable();
+                        let hc = lb.estimate(&child, x, true);
+                        if hc >= DEAD {
+                            continue;
+                        }
+                        pushes += 1;
+                        if h > hc + 1 {
+                            drops += 1;
+                            by[((h - hc - 2) as usize).min(6)] += 1;
+                        }
+                        next.push((child, x));
+                    }
+                }
+                if next.is_empty() {
+                    break;
+                }
+                let pick = (random() % next.len() as u64) as usize;
+                (boxes, player) = next.swap_remove(pick);
+            }
+        }
+        println!(
+            "level {n}: {pushes} pushes, the bound drops by more than one across {drops} ({:.3}%); by 2, 3, ..., 8+: {by:?}",
+            100.0 * drops as f64 / pushes.max(1) as f64
+        );
+    }
+}
