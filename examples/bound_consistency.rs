@@ -16,31 +16,13 @@
 //! session); the count of pushes that break it says how often such an
 //! iteration would have to start again.
 
-use sokoshard::model::board::{Board, DIRS, NONE};
-use sokoshard::model::bounds::LowerBounds;
+use sokoshard::model::board::Board;
+use sokoshard::model::bounds::{LowerBounds, UNREACHABLE};
 use sokoshard::model::level::split_collection;
+use sokoshard::model::rules::{for_each_push, Pruning, Scratch};
 
-/// The floor the player reaches from `player` with `boxes` in the way.
-fn region(board: &Board, boxes: &[u16], player: u16) -> Vec<bool> {
-    let mut seen = vec![false; board.floor_count()];
-    let mut blocked = vec![false; board.floor_count()];
-    boxes.iter().for_each(|&b| blocked[b as usize] = true);
-    let mut stack = vec![player];
-    seen[player as usize] = true;
-    while let Some(x) = stack.pop() {
-        for d in 0..DIRS {
-            let y = board.neighbour(x, d);
-            if y != NONE && !seen[y as usize] && !blocked[y as usize] {
-                seen[y as usize] = true;
-                stack.push(y);
-            }
-        }
-    }
-    seen
-}
-
-/// A bound the solver reports for a dead state.
-const DEAD: u32 = 1 << 20;
+/// The walks' pushes: legal for the player's region, none onto a dead square.
+const PUSHES: Pruning = Pruning { dead_squares: true, freeze: false, pi_corrals: false };
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -50,18 +32,21 @@ fn main() {
     }
     let text = std::fs::read_to_string(&args[1]).expect("a readable level file");
     let walks: usize = args[3].parse().expect("a number of walks");
-    // xorshift: the same walks every run
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut random = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
     for n in args[2].split(',').map(|x| x.parse::<usize>().expect("a level number")) {
         let level = split_collection(&text, &args[1]).into_iter().find(|l| l.index == n).expect("no such level");
         let board = Board::new(&level.parse().expect("a valid level")).expect("a valid board");
         let lb = LowerBounds::new(&board, true);
+        let mut sc = Scratch::new(&board);
+        let mut next: Vec<(Vec<u16>, u16)> = Vec::new();
+        // xorshift seeded by the level: the same walks every run, whatever
+        // other levels the run takes
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ board.fingerprint();
+        let mut random = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
         let (mut pushes, mut drops) = (0u64, 0u64);
         // drops by 2, 3, ..., 8 or more
         let mut by = [0u64; 7];
@@ -69,37 +54,23 @@ fn main() {
             let (mut boxes, mut player) = (board.start_boxes.clone(), board.start_player);
             for _ in 0..200 {
                 let h = lb.estimate(&boxes, player, true);
-                if h >= DEAD {
+                if h == UNREACHABLE {
                     break;
                 }
-                let reach = region(&board, &boxes, player);
-                let mut next = Vec::new();
-                for (i, &x) in boxes.iter().enumerate() {
-                    for d in 0..DIRS {
-                        let (to, from) = (board.neighbour(x, d), board.neighbour(x, (d + 2) % DIRS));
-                        if to == NONE
-                            || from == NONE
-                            || !reach[from as usize]
-                            || boxes.contains(&to)
-                            || board.dead_forward[to as usize]
-                        {
-                            continue;
-                        }
-                        let mut child = boxes.clone();
-                        child[i] = to;
-                        child.sort_unstable();
-                        let hc = lb.estimate(&child, x, true);
-                        if hc >= DEAD {
-                            continue;
-                        }
-                        pushes += 1;
-                        if h > hc + 1 {
-                            drops += 1;
-                            by[((h - hc - 2) as usize).min(6)] += 1;
-                        }
-                        next.push((child, x));
+                next.clear();
+                for_each_push(&board, &mut sc, &boxes, player, PUSHES, |child, p, _| next.push((child.to_vec(), p)));
+                next.retain(|(child, p)| {
+                    let hc = lb.estimate(child, *p, true);
+                    if hc == UNREACHABLE {
+                        return false;
                     }
-                }
+                    pushes += 1;
+                    if h > hc + 1 {
+                        drops += 1;
+                        by[((h - hc - 2) as usize).min(6)] += 1;
+                    }
+                    true
+                });
                 if next.is_empty() {
                     break;
                 }
