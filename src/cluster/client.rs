@@ -260,7 +260,7 @@ fn brief<T>(message: T) -> tonic::Request<T> {
 }
 
 fn status_err(what: &str, addr: &str, s: tonic::Status) -> ClusterError {
-    super::net::rpc_err(what, addr, s)
+    super::net::first_contact_err(what, addr, s)
 }
 
 impl Client {

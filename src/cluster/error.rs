@@ -30,9 +30,10 @@ pub enum ClusterError {
     /// A node cannot be reached.
     #[error("unavailable: {0}")]
     Unavailable(String),
-    /// An RPC to `addr` failed with `status`.
-    #[error("{what} ({addr}): {}: {}{}", .status.code(), .status.message(), hint(.status))]
-    Rpc { what: String, addr: String, status: Status },
+    /// An RPC to `addr` failed with `status`; `peer` says whether the node
+    /// had answered as a sokoshard node before, which decides the hint.
+    #[error("{what} ({addr}): {}: {}{}", .status.code(), .status.message(), hint(.status, *.peer))]
+    Rpc { what: String, addr: String, status: Status, peer: Peer },
     #[error("cancelled")]
     Cancelled,
     /// The engine failed on its own (a seam's error comes back as itself).
@@ -52,10 +53,18 @@ pub enum ClusterError {
     Internal(String),
 }
 
-/// What to do about a TLS failure that rustls names in `message` (its names are
-/// precise but say nothing of the flags that fix them); empty for other errors.
+/// Whether the peer of a failed call had answered as a sokoshard node before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// Not known to be a sokoshard node: the address a user gave a command.
+    Unverified,
+    /// A cluster member (a worker that joined, the coordinator it joined): a
+    /// broken call means the node stopped or restarted, not a wrong address.
+    Member,
+}
+
 /// What a transport-level failure most likely means, for the user.
-fn hint(status: &Status) -> &'static str {
+fn hint(status: &Status, peer: Peer) -> &'static str {
     let message = status.message();
     // a peer that accepts the connection and closes it before any answer
     // ends the call as "transport error" or, when the close wins the race
@@ -65,15 +74,28 @@ fn hint(status: &Status) -> &'static str {
         || message == "transport error"
         || (status.code() == Code::Cancelled && message == "operation was canceled");
     // a client's own time limit ends the call as cancelled, "Timeout expired"
-    if status.code() == Code::DeadlineExceeded || message == "Timeout expired" {
+    let timed_out = status.code() == Code::DeadlineExceeded || message == "Timeout expired";
+    let closed = not_grpc && !message.contains("invalid peer certificate");
+    let refused = status.code() == Code::Unavailable && message.contains("connect");
+    if peer == Peer::Member && (timed_out || closed || refused) {
+        // a member that answered before and stops answering has stopped,
+        // restarted or hung; its address was right
+        if timed_out {
+            "; the node answered before and gave no answer in time: is it hung or overloaded?"
+        } else {
+            "; the node answered before and stopped answering: did it stop or restart?"
+        }
+    } else if timed_out {
         "; no answer in time: is the address a sokoshard node, and is it up (not hung)?"
-    } else if not_grpc && !message.contains("invalid peer certificate") {
+    } else if closed {
         "; the peer does not answer as a sokoshard node (gRPC over HTTP/2): a wrong address or port, or TLS on one side only?"
     } else {
         tls_hint(message)
     }
 }
 
+/// What to do about a TLS failure that rustls names in `message` (its names are
+/// precise but say nothing of the flags that fix them); empty for other errors.
 fn tls_hint(message: &str) -> &'static str {
     if !message.contains("invalid peer certificate") {
         ""
@@ -152,7 +174,7 @@ impl From<ClusterError> for Status {
     fn from(e: ClusterError) -> Status {
         match e {
             // pass a remote status through with its own code and message
-            ClusterError::Rpc { what, addr, status } => {
+            ClusterError::Rpc { what, addr, status, .. } => {
                 Status::new(status.code(), format!("{what} ({addr}): {}", status.message()))
             }
             e => Status::new(e.code(), e.to_string()),
@@ -169,9 +191,28 @@ mod tests {
     #[test]
     fn a_peer_closing_at_once_is_named_however_the_close_comes() {
         for status in [Status::unavailable("transport error"), Status::cancelled("operation was canceled")] {
-            assert!(hint(&status).contains("does not answer as a sokoshard node"), "{status:?}");
+            assert!(hint(&status, Peer::Unverified).contains("does not answer as a sokoshard node"), "{status:?}");
         }
-        assert!(hint(&Status::cancelled("Timeout expired")).contains("no answer in time"));
-        assert_eq!(hint(&Status::cancelled("the job was cancelled")), "");
+        assert!(hint(&Status::cancelled("Timeout expired"), Peer::Unverified).contains("no answer in time"));
+        assert_eq!(hint(&Status::cancelled("the job was cancelled"), Peer::Unverified), "");
+    }
+
+    /// The smoke test killed a worker mid-job and the coordinator's pause
+    /// message asked whether its address was wrong or TLS on one side only.
+    #[test]
+    fn a_member_that_stops_answering_is_not_called_a_wrong_address() {
+        for status in [
+            Status::unavailable("transport error"),
+            Status::cancelled("operation was canceled"),
+            Status::unavailable("tcp connect error"),
+        ] {
+            let h = hint(&status, Peer::Member);
+            assert!(h.contains("did it stop or restart"), "{status:?}: {h}");
+            assert!(!h.contains("wrong address"), "{status:?}: {h}");
+        }
+        assert!(hint(&Status::deadline_exceeded("Timeout expired"), Peer::Member).contains("hung"));
+        // an answer from the node itself keeps no transport hint
+        assert_eq!(hint(&Status::failed_precondition("the job is not loaded"), Peer::Member), "");
+        assert_eq!(hint(&Status::unavailable("worker 2 (127.0.0.1:1) is lost"), Peer::Member), "");
     }
 }

@@ -4,6 +4,7 @@
 
 use super::proto::coordinator_client::CoordinatorClient;
 use super::proto::worker_client::WorkerClient;
+use super::error::Peer;
 use super::{ClusterError, MAX_MESSAGE_BYTES};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -205,9 +206,16 @@ impl WorkerClients {
     }
 }
 
-/// An RPC failure to `addr`, kept with its status code.
+/// An RPC failure to `addr`, a cluster member (a node that has answered as
+/// one), kept with its status code.
 pub fn rpc_err(what: &str, addr: &str, status: Status) -> ClusterError {
-    ClusterError::Rpc { what: what.to_string(), addr: addr.to_string(), status }
+    ClusterError::Rpc { what: what.to_string(), addr: addr.to_string(), status, peer: Peer::Member }
+}
+
+/// An RPC failure to `addr` as a user gave it, not yet known to be a
+/// sokoshard node.
+pub fn first_contact_err(what: &str, addr: &str, status: Status) -> ClusterError {
+    ClusterError::Rpc { what: what.to_string(), addr: addr.to_string(), status, peer: Peer::Unverified }
 }
 
 /// The connections a gRPC server accepts on `listener`, with Nagle's algorithm
