@@ -2,9 +2,9 @@
 //! client interceptor), optional TLS (rustls) on servers and clients, message size
 //! limits and the cached channels nodes use to reach each other.
 
+use super::error::Peer;
 use super::proto::coordinator_client::CoordinatorClient;
 use super::proto::worker_client::WorkerClient;
-use super::error::Peer;
 use super::{ClusterError, MAX_MESSAGE_BYTES};
 use std::collections::HashMap;
 use std::path::PathBuf;
