@@ -82,6 +82,9 @@ pub struct SolveOptions {
     /// temporary directory). `None`: a quarter of the memory budget, or of
     /// the default budget.
     pub moves_memory: Option<u64>,
+    /// Keep the PI-corral restriction (where `pruning` asks for it) only on a
+    /// level where a sample of its states shows it pays; false: everywhere.
+    pub sample_corrals: bool,
 }
 
 /// Partitions for `threads` worker threads when none are asked for: 4 per
@@ -115,6 +118,7 @@ impl Default for SolveOptions {
             probe_after: PROBE_AFTER,
             moves_states: None,
             moves_memory: None,
+            sample_corrals: true,
         }
     }
 }
@@ -163,6 +167,7 @@ pub fn solve_local_observed(
         probe_memory: opts.probe_memory(),
         probe_after: opts.probe_after,
         moves_states: opts.moves_states,
+        sample_corrals: opts.sample_corrals,
     };
     let mut local = Local { opts, storage: None, spill: None };
     solve(&mut local, board, &spec, cancel, observers)

@@ -167,6 +167,10 @@ pub struct SubmitArgs {
     /// Turn off the PI-corral move restriction of the forward search.
     #[arg(long)]
     pub no_pi_corrals: bool,
+    /// Keep the PI-corral restriction also on a level where a sample of its
+    /// states shows it drops almost no push (as `solve --keep-pi-corrals`).
+    #[arg(long, conflicts_with = "no_pi_corrals")]
+    pub keep_pi_corrals: bool,
     /// The plain search: no push-distance bound (as `solve --no-bound`).
     #[arg(long)]
     pub no_bound: bool,
@@ -359,6 +363,7 @@ pub fn run_submit(a: SubmitArgs) -> Result<ExitCode> {
         pushes_only: a.objective == super::solve::ObjectiveArg::Pushes,
         moves_states: a.moves_states,
         triples: a.triples,
+        keep_pi_corrals: a.keep_pi_corrals,
     };
     super::on_stop_signals(super::StopOn::Interrupt, || {
         INTERRUPTED.store(true, Ordering::SeqCst);

@@ -76,8 +76,15 @@ pub struct SolveArgs {
     pub no_freeze: bool,
     /// Turn off the PI-corral move restriction of the forward search (when the
     /// player can reach every push into a fenced-off area, only those pushes).
+    /// By default it is on where a sample of the level's states shows that it
+    /// drops pushes (at least 0.1% of them), and off where it would cost its
+    /// search for nothing; `--json` says which (`pi_corrals`).
     #[arg(long)]
     pub no_pi_corrals: bool,
+    /// Keep the PI-corral restriction also on a level where the sample shows
+    /// it drops almost no push.
+    #[arg(long, conflicts_with = "no_pi_corrals")]
+    pub keep_pi_corrals: bool,
     /// The plain search: no push-distance bound (by default the search keeps
     /// only states that can still lie on a solution within a bound, raised
     /// until the sides meet; the answer is push-optimal either way).
@@ -271,6 +278,7 @@ pub fn run(args: SolveArgs) -> Result<ExitCode> {
         moves_states: args.moves_states,
         // without a budget the moves pass keeps its depths in RAM too
         moves_memory: (!spill).then_some(u64::MAX),
+        sample_corrals: !args.keep_pi_corrals,
     };
     let started = Instant::now();
     let mut outcomes = Vec::new();

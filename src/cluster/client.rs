@@ -98,6 +98,8 @@ pub struct SubmitOptions {
     pub moves_states: Option<u64>,
     /// Also the triple penalties.
     pub triples: bool,
+    /// The PI-corral restriction on every level, sampled or not.
+    pub keep_pi_corrals: bool,
 }
 
 fn state_name(s: i32) -> &'static str {
@@ -154,6 +156,7 @@ fn report_of(r: &SolveResult) -> SolveReport {
         kpg_seconds: r.kpg_seconds,
         kpg: r.kpg as usize,
         small_tables_states: r.small_tables_states,
+        pi_corrals: r.pi_corrals,
         triples: r.triples,
         store_bytes: r.store_bytes,
         disk_bytes: r.disk_bytes,
@@ -296,6 +299,7 @@ impl Client {
                 no_probe: o.no_probe,
                 moves_states: o.moves_states.unwrap_or(0),
                 triples: o.triples,
+                keep_pi_corrals: o.keep_pi_corrals,
             }),
         };
         let r = self.rpc.submit(brief(req)).await.map_err(|s| status_err("submitting", &self.addr, s))?;

@@ -26,7 +26,8 @@ pub use error::ClusterError;
 
 /// Bumped on any incompatible change of `proto/sokoshard.proto` or its meaning.
 /// 4: `.kdb` bytes (a job's tables) in the shared envelope; `AbortRequest.step`.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// 5: `LoadRequest.pi_corrals` (the driver's choice, no longer the worker's).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest gRPC message any node encodes or accepts. A successor batch is at most
 /// 65536 keys (8 MiB of raw 1024-bit keys, far less once delta coded); a level

@@ -17,7 +17,7 @@ use super::{on_threads, Bound, EngineError, LowerBound, PatternCheck, Problem, S
 use crate::model::board::Board;
 use crate::model::bounds::{LowerBounds, UNREACHABLE};
 use crate::model::key::{BitKey, KeyWidth, StateKey};
-use crate::model::rules::{goal_states, normalize_player, Pruning, Scratch};
+use crate::model::rules::{goal_states, normalize_player, CorralShare, Pruning, Scratch};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -119,6 +119,10 @@ pub struct SolveSpec {
     /// gives up and the push-optimal solution stands; `None`: [`moves_budget`]
     /// of the level's search.
     pub moves_states: Option<u64>,
+    /// Whether the PI-corral restriction, where `pruning` asks for it, is
+    /// kept only on a level where a sample of its states shows it pays
+    /// ([`CorralShare`]); false: kept wherever asked for.
+    pub sample_corrals: bool,
 }
 
 impl Default for SolveSpec {
@@ -136,6 +140,7 @@ impl Default for SolveSpec {
             probe_memory: None,
             probe_after: PROBE_AFTER,
             moves_states: None,
+            sample_corrals: true,
         }
     }
 }
@@ -309,6 +314,15 @@ fn run<D: Deployment>(
     };
     report.kpg = tables.as_ref().map_or(0, |t| t.max_k());
     let given = Given { tables, grow };
+    // the PI-corral restriction where it pays (decided from the level alone,
+    // so a cluster's workers decide alike and a resumed job as before)
+    let share = (spec.pruning.pi_corrals && spec.sample_corrals).then(|| CorralShare::sample(board));
+    if let Some(s) = share {
+        tracing::debug!(states = s.states, dropped = s.dropped(), pays = s.pays(), "pi-corrals sampled");
+    }
+    let pruning = Pruning { pi_corrals: spec.pruning.pi_corrals && share.is_none_or(|s| s.pays()), ..spec.pruning };
+    report.pi_corrals = pruning.pi_corrals;
+    let spec = &SolveSpec { pruning, ..spec.clone() };
     match board.keyspace.width {
         KeyWidth::U64 => search::<u64, D>(deployment, board, spec, given, cancel, observers.search, report),
         KeyWidth::U128 => search::<u128, D>(deployment, board, spec, given, cancel, observers.search, report),

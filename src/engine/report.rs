@@ -149,6 +149,11 @@ pub struct SolveReport {
     /// and built within their work limit).
     #[serde(default)]
     pub triples: bool,
+    /// Whether the forward search used the PI-corral restriction: asked for
+    /// and, unless kept by `--keep-pi-corrals`, shown to pay by a sample of
+    /// the level's states (`model::rules::CorralShare`).
+    #[serde(default)]
+    pub pi_corrals: bool,
     pub forward_layers: usize,
     pub backward_layers: usize,
     pub peak_memory_bytes: u64,
@@ -207,6 +212,7 @@ impl SolveReport {
             seconds: 0.0,
             kpg_seconds: 0.0,
             triples: false,
+            pi_corrals: false,
             kpg: 0,
             small_tables_states: 0,
             forward_layers: 0,

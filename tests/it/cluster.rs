@@ -279,8 +279,23 @@ fn cluster_of_three_solves_like_local_mode() {
         };
         assert!(bounds(l).is_some_and(|b| !b.is_empty()), "level {level}: local ran no bounded iteration: {l}");
         assert_eq!(bounds(g), bounds(l), "level {level}: iterations");
+        // the driver decides on PI-corrals for the workers, as locally
+        assert_eq!(g["pi_corrals"], l["pi_corrals"], "level {level}");
         check_solution(level, g["solution"].as_str().unwrap(), g["pushes"].as_u64().unwrap());
     }
+    // on Microban II #73 the level's sample turns PI-corrals off, where they
+    // drop a few pushes: the workers search as the coordinator decided, and
+    // `--keep-pi-corrals` reaches them too
+    let m2 = repo("levels/Microban_II_135.xsb");
+    let mut generated = Vec::new();
+    for (extra, on) in [(&[][..], false), (&["--keep-pi-corrals"][..], true)] {
+        let g = submit_ok(&c, &m2, &[&["--level", "73", "--json"][..], extra].concat());
+        let l = &local_solve(&m2, "73-73", extra)[0];
+        assert_eq!((&g["pi_corrals"], &l["pi_corrals"]), (&serde_json::json!(on), &serde_json::json!(on)), "{g}");
+        assert_eq!((&g["states"], &g["generated"], &g["solution"]), (&l["states"], &l["generated"], &l["solution"]));
+        generated.push(g["generated"].as_u64().unwrap());
+    }
+    assert!(generated[0] > generated[1], "the restriction drops pushes on #73: {generated:?}");
     // iterations that end below the optimum start the next one afresh on the
     // workers: under the matching alone, Microban I #1 fails at 4 and 6
     let args = ["--level", "1", "--json", "--no-pair-penalties"];

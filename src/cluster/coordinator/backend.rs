@@ -44,15 +44,19 @@ pub struct Phase {
     /// The bounded search's limit `U` and whether its bound adds the pair
     /// penalties; `None`: unbounded.
     pub bound: Option<(u32, bool)>,
+    /// Whether the forward search uses the PI-corral restriction, as the
+    /// driver's problem does (never in a k-game).
+    pub pi_corrals: bool,
 }
 
 impl Phase {
-    pub fn main(tables: Arc<Vec<u8>>, bound: Option<(u32, bool)>) -> Phase {
-        Phase { name: MAIN_PHASE.into(), boxes: 0, tables, bound }
+    pub fn main(tables: Arc<Vec<u8>>, bound: Option<(u32, bool)>, pi_corrals: bool) -> Phase {
+        Phase { name: MAIN_PHASE.into(), boxes: 0, tables, bound, pi_corrals }
     }
-    /// The moves pass's search of the level, without PI-corrals.
-    pub fn moves(tables: Arc<Vec<u8>>, bound: Option<(u32, bool)>) -> Phase {
-        Phase { name: MOVES_PHASE.into(), boxes: 0, tables, bound }
+    /// The moves pass's search of the level (the driver's problem has no
+    /// PI-corrals there).
+    pub fn moves(tables: Arc<Vec<u8>>, bound: Option<(u32, bool)>, pi_corrals: bool) -> Phase {
+        Phase { name: MOVES_PHASE.into(), boxes: 0, tables, bound, pi_corrals }
     }
     pub(super) fn is_main(&self) -> bool {
         self.name == MAIN_PHASE
@@ -290,6 +294,7 @@ impl<'a, K: StateKey> ClusterBackend<'a, K> {
                     phase: self.phase.name.clone(),
                     bound_limit: self.phase.bound.map_or(0, |(u, _)| u.saturating_add(1)),
                     pair_penalties: self.phase.bound.is_some_and(|(_, pairs)| pairs),
+                    pi_corrals: self.phase.pi_corrals,
                 };
                 let mut c = c;
                 // the reply or the node's refusal, so that a node without its

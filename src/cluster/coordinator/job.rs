@@ -115,6 +115,8 @@ pub fn run_job(sh: &Arc<Shared>, id: u64, rt: &Handle) {
         probe_memory: Some(probe_share(sh.cfg.mem.unwrap_or_else(default_budget))),
         probe_after: PROBE_AFTER,
         moves_states: (rec.options.moves_states > 0).then_some(rec.options.moves_states),
+        // decided here, from the level; the workers are told (`Phase`)
+        sample_corrals: !rec.options.keep_pi_corrals,
         max_states: (rec.options.max_states > 0).then_some(rec.options.max_states),
         // the deadline counts the time already run before a coordinator
         // restart, and not the time queued for workers
@@ -234,7 +236,7 @@ impl Deployment for ClusterDeployment<'_> {
         if pass == Pass::Moves {
             // the moves pass's own search: its layers are not the job log's
             // (a restarted coordinator redoes the pass from the logged meeting)
-            let phase = Phase::moves(Arc::new(bytes), limit.map(|u| (u, pairs)));
+            let phase = Phase::moves(Arc::new(bytes), limit.map(|u| (u, pairs)), problem.pruning.pi_corrals);
             let mut backend =
                 ClusterBackend::<K>::new(self.sh.clone(), self.id, self.rt.clone(), self.stop, phase, &problem.space)
                     .map_err(engine_error)?;
@@ -261,7 +263,7 @@ impl Deployment for ClusterDeployment<'_> {
                 })
                 .map_err(engine_error)?;
         }
-        let phase = Phase::main(Arc::new(bytes), limit.map(|u| (u, pairs)));
+        let phase = Phase::main(Arc::new(bytes), limit.map(|u| (u, pairs)), problem.pruning.pi_corrals);
         let mut backend =
             ClusterBackend::<K>::new(self.sh.clone(), self.id, self.rt.clone(), self.stop, phase, &problem.space)
                 .map_err(engine_error)?;

@@ -100,6 +100,9 @@ pub struct Settings {
     /// Also the triple penalties.
     #[serde(default)]
     pub triples: bool,
+    /// The PI-corral restriction on every level, sampled or not.
+    #[serde(default)]
+    pub keep_pi_corrals: bool,
 }
 
 impl From<&Settings> for JobOptions {
@@ -118,6 +121,7 @@ impl From<&Settings> for JobOptions {
             no_probe: s.no_probe,
             moves_states: s.moves_states,
             triples: s.triples,
+            keep_pi_corrals: s.keep_pi_corrals,
         }
     }
 }
@@ -138,6 +142,7 @@ impl From<JobOptions> for Settings {
             no_probe: o.no_probe,
             moves_states: o.moves_states,
             triples: o.triples,
+            keep_pi_corrals: o.keep_pi_corrals,
         }
     }
 }
@@ -251,6 +256,7 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
         kpg_seconds: r.kpg_seconds,
         kpg: r.kpg as u32,
         small_tables_states: r.small_tables_states,
+        pi_corrals: r.pi_corrals,
         objective: r.objective.map(|o| o.name().to_string()).unwrap_or_default(),
         moves_seconds: r.moves_seconds,
         moves_states: r.moves_states,

@@ -83,8 +83,13 @@ pub(super) fn tables_for(
     let play = |problem: &Problem<u64>, tables: &DeadlockTables, side: Side, seeds: &[u64]| {
         let k = problem.space.boxes;
         let bytes = if tables.tables.is_empty() { Vec::new() } else { kdb::encode(tables, &rec.level_text) };
-        let phase =
-            Phase { name: format!("k{k}-{}", side.name()), boxes: k as u32, tables: Arc::new(bytes), bound: None };
+        let phase = Phase {
+            name: format!("k{k}-{}", side.name()),
+            boxes: k as u32,
+            tables: Arc::new(bytes),
+            bound: None,
+            pi_corrals: false,
+        };
         tracing::info!(job = id, k, side = side.name(), "k-game on the cluster");
         let mut b = ClusterBackend::<u64>::new(sh.clone(), id, rt.clone(), stop, phase, &problem.space)
             .map_err(engine_error)?;

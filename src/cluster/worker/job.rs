@@ -7,7 +7,7 @@
 
 use super::super::codec::{decode_batch, encode_batch, keys_from_bytes, keys_to_bytes};
 use super::super::proto::{ExpandReply, KeyBatch, MergeReply, SealReply};
-use super::super::{ClusterError, MAIN_PHASE, MOVES_PHASE};
+use super::super::{ClusterError, MAIN_PHASE};
 use crate::engine::kpg::DeadlockTables;
 use crate::engine::layer::{common_keys, expand, merge};
 use crate::engine::partition::{Exchange, PartitionStore, Partitioner, StoreBytes};
@@ -41,7 +41,9 @@ pub struct JobSpec {
     pub job_id: u64,
     pub level_text: String,
     pub no_freeze: bool,
-    pub no_pi_corrals: bool,
+    /// Whether the forward search uses the PI-corral restriction (the
+    /// coordinator's driver decides, from the level and the options).
+    pub pi_corrals: bool,
     pub table: Table,
     /// This worker's index in `table.nodes`.
     pub me: u32,
@@ -190,10 +192,10 @@ pub fn open_job(spec: JobSpec) -> Result<Arc<dyn WorkerJob>, ClusterError> {
     };
     let kept_pairs = tables.as_ref().and_then(|t| t.pairs.clone());
     let patterns = tables.map(|t| t as Arc<dyn PatternCheck>);
-    // the moves pass searches the level without the PI-corral restriction,
-    // which keeps only some of the push-optimal solutions
-    let pi_corrals = !spec.no_pi_corrals && spec.phase != MOVES_PHASE;
-    let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze, pi_corrals };
+    // as the driver's problem has it: never in the moves pass, whose search
+    // must keep every push-optimal solution, nor where the level's sample
+    // shows the restriction does not pay
+    let pruning = Pruning { dead_squares: true, freeze: !spec.no_freeze, pi_corrals: spec.pi_corrals };
     if spec.boxes != 0 {
         // a k-game of the k-PG tables: all state prunings and no move pruning,
         // u64 keys (as engine::kpg plays it), also when k is the box count: a

@@ -330,7 +330,7 @@ impl Worker for WorkerService {
             job_id: r.job_id,
             level_text: r.level_text,
             no_freeze: r.options.as_ref().is_some_and(|o| o.no_freeze),
-            no_pi_corrals: r.options.as_ref().is_some_and(|o| o.no_pi_corrals),
+            pi_corrals: r.pi_corrals,
             table,
             me,
             node_id: self.st.node_id.clone(),

@@ -8,18 +8,20 @@
 //!
 //! Files: `reach` (scratch buffers, the player's region, normalization), `moves`
 //! (push and pull generation and the step every move shares), `corral`
-//! (PI-corrals), `freeze` (freeze deadlocks), `matching` (the frozen-target
-//! matching).
+//! (PI-corrals), `corral_share` (whether they pay on a level), `freeze`
+//! (freeze deadlocks), `matching` (the frozen-target matching).
 
 use super::board::{opposite, Board, DIRS, NONE};
 
 mod corral;
+mod corral_share;
 mod freeze;
 mod matching;
 mod moves;
 mod reach;
 
 use corral::*;
+pub use corral_share::CorralShare;
 #[allow(unused_imports)]
 use freeze::*;
 pub use freeze::{pull_freeze_deadlock, push_freeze_deadlock};
@@ -71,7 +73,8 @@ impl Pruning {
     pub const NONE: Pruning = Pruning { dead_squares: false, freeze: false, pi_corrals: false };
     /// Every state pruning; no move restriction (what exhaustive explorations use).
     pub const ALL: Pruning = Pruning { dead_squares: true, freeze: true, pi_corrals: false };
-    /// What a solve uses: every state pruning plus the PI-corral restriction.
+    /// What a solve asks for: every state pruning plus the PI-corral
+    /// restriction (which the solve driver keeps where a sample shows it pays).
     pub const SOLVE: Pruning = Pruning { pi_corrals: true, ..Pruning::ALL };
 }
 
