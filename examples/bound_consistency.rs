@@ -20,6 +20,7 @@ use sokoshard::model::board::Board;
 use sokoshard::model::bounds::{LowerBounds, UNREACHABLE};
 use sokoshard::model::level::split_collection;
 use sokoshard::model::rules::{for_each_push, Pruning, Scratch};
+use sokoshard::model::xorshift::XorShift;
 
 /// The walks' pushes: legal for the player's region, none onto a dead square.
 const PUSHES: Pruning = Pruning { dead_squares: true, freeze: false, pi_corrals: false };
@@ -40,13 +41,7 @@ fn main() {
         let mut next: Vec<(Vec<u16>, u16)> = Vec::new();
         // xorshift seeded by the level: the same walks every run, whatever
         // other levels the run takes
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ board.fingerprint();
-        let mut random = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut random = XorShift::new(board.fingerprint());
         let (mut pushes, mut drops) = (0u64, 0u64);
         // drops by 2, 3, ..., 8 or more
         let mut by = [0u64; 7];
@@ -74,7 +69,7 @@ fn main() {
                 if next.is_empty() {
                     break;
                 }
-                let pick = (random() % next.len() as u64) as usize;
+                let pick = random.below(next.len());
                 (boxes, player) = next.swap_remove(pick);
             }
         }

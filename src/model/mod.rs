@@ -9,6 +9,7 @@ pub mod pairs;
 pub mod rules;
 pub mod solution;
 pub mod triples;
+pub mod xorshift;
 
 #[cfg(test)]
 mod tests {
@@ -25,12 +26,7 @@ mod tests {
     /// A fixed stream of pseudo-random numbers (xorshift), for the model's
     /// tests: each call a number below its argument.
     pub(crate) fn below() -> impl FnMut(usize) -> usize {
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        move |n| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng % n as u64) as usize
-        }
+        let mut rng = super::xorshift::XorShift::new(0);
+        move |n| rng.below(n)
     }
 }

@@ -18,6 +18,7 @@
 //! 9%, and the restriction halves its states.
 
 use super::*;
+use crate::model::xorshift::XorShift;
 
 /// The most walks of a sample.
 pub const WALKS: usize = 256;
@@ -62,15 +63,8 @@ impl CorralShare {
     pub fn sample(board: &Board) -> CorralShare {
         let mut sc = Scratch::new(board);
         let mut out = CorralShare::default();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ board.fingerprint();
-        // xorshift64: any fixed sequence serves, as long as it is the same
-        // on every machine
-        let mut random = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        // any fixed sequence serves, as long as it is the same on every machine
+        let mut random = XorShift::new(board.fingerprint());
         let mut next: Vec<(Vec<u16>, u16)> = Vec::new();
         for _ in 0..WALKS {
             let (mut boxes, mut player) = (board.start_boxes.clone(), board.start_player);
@@ -88,7 +82,7 @@ impl CorralShare {
                 if next.is_empty() {
                     break;
                 }
-                let pick = (random() % next.len() as u64) as usize;
+                let pick = random.below(next.len());
                 (boxes, player) = next.swap_remove(pick);
             }
             if out.states >= MAX_STATES
@@ -106,6 +100,7 @@ impl CorralShare {
 mod tests {
     use super::*;
     use crate::model::tests::shipped;
+    use crate::model::xorshift::XorShift;
 
     /// Microban II #131: the restriction made each bound iteration 1.7 times
     /// as long for 0.4% fewer states, and a solve kept it.
