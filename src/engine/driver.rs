@@ -85,6 +85,10 @@ pub struct Resumed {
     pub bound: Option<u32>,
     pub at_floor: bool,
     pub plain_try: Option<PlainTry>,
+    /// Whether the job's layers were searched with the PI-corral
+    /// restriction: the resumed solve goes on as they were made, whatever
+    /// the level's sample says now.
+    pub pi_corrals: bool,
 }
 
 /// The policy of one solve.
@@ -316,11 +320,16 @@ fn run<D: Deployment>(
     let given = Given { tables, grow };
     // the PI-corral restriction where it pays (decided from the level alone,
     // so a cluster's workers decide alike and a resumed job as before)
-    let share = (spec.pruning.pi_corrals && spec.sample_corrals).then(|| CorralShare::sample(board));
-    if let Some(s) = share {
-        tracing::debug!(states = s.states, dropped = s.dropped(), pays = s.pays(), "pi-corrals sampled");
-    }
-    let pruning = Pruning { pi_corrals: spec.pruning.pi_corrals && share.is_none_or(|s| s.pays()), ..spec.pruning };
+    let pi_corrals = match deployment.resumed() {
+        Some(resumed) => resumed.pi_corrals,
+        None if spec.pruning.pi_corrals && spec.sample_corrals => {
+            let s = CorralShare::sample(board);
+            tracing::debug!(states = s.states, dropped = s.dropped(), pays = s.pays(), "pi-corrals sampled");
+            s.pays()
+        }
+        None => spec.pruning.pi_corrals,
+    };
+    let pruning = Pruning { pi_corrals, ..spec.pruning };
     report.pi_corrals = pruning.pi_corrals;
     let spec = &SolveSpec { pruning, ..spec.clone() };
     match board.keyspace.width {

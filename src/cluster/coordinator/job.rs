@@ -246,7 +246,9 @@ impl Deployment for ClusterDeployment<'_> {
             Pass::Main { at_floor, plain_try } => (at_floor, plain_try),
             Pass::Moves => (false, None),
         };
-        if rec.bound != limit || rec.at_floor != at_floor || rec.plain_try != plain_try {
+        let pi_corrals = Some(problem.pruning.pi_corrals);
+        if rec.bound != limit || rec.at_floor != at_floor || rec.plain_try != plain_try || rec.pi_corrals != pi_corrals
+        {
             // a new iteration of the bounded search: its layers start afresh
             // (the workers keep none of the last one's: they are told 0
             // layers); the same one resumed keeps them
@@ -254,6 +256,7 @@ impl Deployment for ClusterDeployment<'_> {
             self.sh
                 .update(self.id, true, |r| {
                     r.at_floor = at_floor;
+                    r.pi_corrals = pi_corrals;
                     if fresh {
                         r.bound = limit;
                         r.plain_try = plain_try;
@@ -289,11 +292,17 @@ impl Deployment for ClusterDeployment<'_> {
         let layers = !rec.layers[0].is_empty() || !rec.layers[1].is_empty();
         match rec.plain_try {
             // a try that ran out, its layers dropped: the bound after it
-            Some(t) if !layers => Some(Resumed { bound: Some(t.back_to), at_floor: rec.at_floor, plain_try: None }),
+            Some(t) if !layers => Some(Resumed {
+                bound: Some(t.back_to),
+                at_floor: rec.at_floor,
+                plain_try: None,
+                pi_corrals: rec.searched_pi_corrals(),
+            }),
             _ => (layers || rec.bound.is_some()).then_some(Resumed {
                 bound: rec.bound,
                 at_floor: rec.at_floor,
                 plain_try: rec.plain_try,
+                pi_corrals: rec.searched_pi_corrals(),
             }),
         }
     }

@@ -195,9 +195,23 @@ pub struct JobRecord {
     /// `at_floor` then speaks of.
     #[serde(default)]
     pub plain_try: Option<PlainTry>,
+    /// Whether the level's search uses the PI-corral restriction, as the
+    /// driver decided when it began; `None` until then, and in a log written
+    /// before the decision was kept (see [`JobRecord::searched_pi_corrals`]).
+    #[serde(default)]
+    pub pi_corrals: Option<bool>,
 }
 
 impl JobRecord {
+    /// Whether the layers this record counts were searched with the
+    /// PI-corral restriction: as recorded, else as a solve used it before it
+    /// was sampled per level (on unless `no_pi_corrals`). A resumed job must
+    /// go on as its layers were made: the moves pass reuses only layers
+    /// searched without the restriction.
+    pub fn searched_pi_corrals(&self) -> bool {
+        self.pi_corrals.unwrap_or(!self.options.no_pi_corrals)
+    }
+
     /// A queued job that has not run yet.
     pub fn new(id: u64, kind: Kind, level_text: String, title: String, index: u32, options: Settings) -> JobRecord {
         JobRecord {
@@ -228,6 +242,7 @@ impl JobRecord {
             bound: None,
             at_floor: false,
             plain_try: None,
+            pi_corrals: None,
         }
     }
 }
@@ -282,5 +297,30 @@ pub fn report_to_proto(r: &SolveReport) -> SolveResult {
                 probe_generated: i.probe_generated,
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job begun before PI-corrals were sampled per level searched with
+    /// them (unless `no_pi_corrals`); resumed on a level whose sample now
+    /// turns them off, it must go on with them: the moves pass would
+    /// otherwise take its move-pruned layers for whole ones.
+    #[test]
+    fn a_job_resumed_from_an_older_log_keeps_the_pi_corrals_its_layers_had() {
+        let mut rec = JobRecord::new(1, Kind::Solve, "#".into(), String::new(), 1, Settings::default());
+        let mut json = serde_json::to_value(&rec).unwrap();
+        json.as_object_mut().unwrap().remove("pi_corrals");
+        let old: JobRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(old.pi_corrals, None);
+        assert!(old.searched_pi_corrals());
+        rec.options.no_pi_corrals = true;
+        assert!(!rec.searched_pi_corrals());
+        // once recorded, the driver's choice stands
+        rec.options.no_pi_corrals = false;
+        rec.pi_corrals = Some(false);
+        assert!(!rec.searched_pi_corrals());
     }
 }
