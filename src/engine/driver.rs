@@ -318,8 +318,9 @@ fn run<D: Deployment>(
     };
     report.kpg = tables.as_ref().map_or(0, |t| t.max_k());
     let given = Given { tables, grow };
-    // the PI-corral restriction where it pays (decided from the level alone,
-    // so a cluster's workers decide alike and a resumed job as before)
+    // the PI-corral restriction where it pays: decided here, from the level
+    // alone (the deployment carries the choice to where the layers live), or
+    // as a resumed job's layers were searched
     let pi_corrals = match deployment.resumed() {
         Some(resumed) => resumed.pi_corrals,
         None if spec.pruning.pi_corrals && spec.sample_corrals => {
