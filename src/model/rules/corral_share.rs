@@ -100,7 +100,6 @@ impl CorralShare {
 mod tests {
     use super::*;
     use crate::model::tests::shipped;
-    use crate::model::xorshift::XorShift;
 
     /// Microban II #131: the restriction made each bound iteration 1.7 times
     /// as long for 0.4% fewer states, and a solve kept it.
